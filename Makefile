@@ -1,0 +1,28 @@
+# Quick start: `make example` (set up, then the main job on the embedded example) and
+# `make test` (set up, then every C++ and Python test with `bazel test //...`).
+SHELL := /bin/bash
+PY := .venv/bin/python
+EXT_SUFFIX = $$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+
+.PHONY: setup develop example test wheel bench
+
+setup:
+	@python/setup_env.sh
+
+# Builds the extension with Bazel and puts it next to the sources, so `.venv/bin/python -m
+# torch_xla_ext` and plain pytest work from the checkout.
+develop: setup
+	@bazel build $(if $(CI),--config=ci) //torch_xla_ext:_ext.so
+	@install -m 755 bazel-bin/torch_xla_ext/_ext.so torch_xla_ext/_ext$(EXT_SUFFIX)
+
+example: develop
+	@PJRT_DEVICE=CPU $(PY) -m torch_xla_ext numerics
+
+test: setup
+	@python/run_tests.sh
+
+wheel: setup
+	@$(PY) -m pip wheel --no-deps . -w dist/
+
+bench: develop
+	@for b in bench/*_bench.py; do PJRT_DEVICE=CPU $(PY) $$b || exit 1; done

@@ -1,0 +1,53 @@
+"""Project macros, so per-folder BUILD files stay short (in the manner of torch_xla's ptxla_*)."""
+
+TXE_COPTS = ["-Wextra", "-Wno-unused-parameter"]
+
+def txe_cc_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
+    """A C++17 library of the core: no Python, linkable alone by a torch_xla fork."""
+    native.cc_library(
+        name = name,
+        srcs = srcs,
+        hdrs = hdrs,
+        deps = deps,
+        copts = TXE_COPTS + copts,
+        visibility = kwargs.pop("visibility", ["//visibility:public"]),
+        **kwargs
+    )
+
+def txe_cc_test(name, srcs, deps = [], size = "small", copts = [], **kwargs):
+    """A googletest next to the code it tests."""
+    native.cc_test(
+        name = name,
+        srcs = srcs,
+        deps = deps + ["@com_google_googletest//:gtest_main"],
+        copts = TXE_COPTS + copts,
+        size = size,
+        **kwargs
+    )
+
+def txe_pybind_extension(name, srcs, hdrs = [], deps = [], **kwargs):
+    """A pybind11 extension module `<name>.so` (linked shared, Python symbols resolved at import)."""
+    native.cc_binary(
+        name = name + ".so",
+        srcs = srcs + hdrs,
+        deps = deps + ["@local_python//:pybind11"],
+        copts = ["-fvisibility=hidden", "-fexceptions"],
+        linkshared = True,
+        linkstatic = True,
+        **kwargs
+    )
+
+def txe_py_test(name, src, size = "medium", deps = [], data = [], args = [], **kwargs):
+    """A pytest file run by Bazel with the venv interpreter; results land in Bazel's test.xml."""
+    native.py_test(
+        name = name,
+        srcs = [src, "//bazel:pytest_main.py"],
+        main = "//bazel:pytest_main.py",
+        args = ["$(location %s)" % src] + args,
+        deps = deps + ["//torch_xla_ext"],
+        data = data,
+        size = size,
+        python_version = "PY3",
+        srcs_version = "PY3",
+        **kwargs
+    )

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One idempotent setup: Debian's Bazel and googletest sources, then the pinned venv, linked as
+# ./.venv. The venv lives outside the clone, keyed by the pins and the base Python, so a fresh
+# clone on the same machine reuses it; a re-run with everything present takes seconds.
+#
+# Environment: TXE_BASE_PYTHON (python to build the venv from, default python3),
+#              TXE_VENV_ROOT (where venvs live, default ${XDG_CACHE_HOME:-~/.cache}/torch_xla_ext).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+req="$root/python/requirements.txt"
+base_python=${TXE_BASE_PYTHON:-python3}
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# --- system packages -----------------------------------------------------------------
+apt_pkgs=()
+command -v bazel >/dev/null 2>&1 || apt_pkgs+=(bazel-bootstrap)
+dpkg -L googletest 2>/dev/null | grep -q 'gtest-all.cc$' || apt_pkgs+=(libgtest-dev googletest)
+if ((${#apt_pkgs[@]})); then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  log "installing with apt: ${apt_pkgs[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
+fi
+
+# --- the venv ------------------------------------------------------------------------
+command -v "$base_python" >/dev/null || { log "no $base_python on PATH (set TXE_BASE_PYTHON)"; exit 1; }
+py_id=$("$base_python" -c 'import sys; print(sys.version)')
+key=$( { cat "$req"; echo "$py_id"; } | sha256sum | cut -c1-12)
+venv_root=${TXE_VENV_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/torch_xla_ext}
+venv="$venv_root/venv-$key"
+if [ ! -f "$venv/.txe-complete" ]; then
+  log "creating $venv from $req (about 2 minutes and 7.6 GB on a fresh machine)"
+  rm -rf "$venv"
+  mkdir -p "$venv_root"
+  "$base_python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  touch "$venv/.txe-complete"
+fi
+ln -sfn "$venv" "$root/.venv"
+
+# --- versions: the same check `import torch_xla_ext` makes -------------------------------
+PYTHONPATH="$root" "$root/.venv/bin/python" - <<'PY'
+from torch_xla_ext import _versions
+print("[setup] " + _versions.summary())
+PY

@@ -1,0 +1,5 @@
+import sys
+
+from torch_xla_ext.cli import main
+
+sys.exit(main())
