@@ -25,4 +25,4 @@ wheel: setup
 	@$(PY) -m pip wheel --no-deps . -w dist/
 
 bench: develop
-	@for b in bench/*_bench.py; do PJRT_DEVICE=CPU $(PY) $$b || exit 1; done
+	@for b in bench/*_bench.py; do PYTHONPATH=$(CURDIR) PJRT_DEVICE=CPU $(PY) $$b || exit 1; done

@@ -44,6 +44,8 @@ py_runtime(
     name = "py3_runtime",
     interpreter_path = "{python}",
     python_version = "PY3",
+    # Tools run in actions with a bare PATH: the stub must not rely on `env python`.
+    stub_shebang = "#!{python}",
 )
 
 py_runtime_pair(

@@ -37,7 +37,7 @@ def txe_pybind_extension(name, srcs, hdrs = [], deps = [], **kwargs):
         **kwargs
     )
 
-def txe_py_test(name, src, size = "medium", deps = [], data = [], args = [], **kwargs):
+def txe_py_test(name, src, size = "small", deps = [], data = [], args = [], **kwargs):
     """A pytest file run by Bazel with the venv interpreter; results land in Bazel's test.xml."""
     native.py_test(
         name = name,

@@ -35,7 +35,9 @@ if [ ! -f "$venv/.txe-complete" ]; then
   rm -rf "$venv"
   mkdir -p "$venv_root"
   "$base_python" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  # (grep drops pip warnings about index folders that some machines configure but lack)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   touch "$venv/.txe-complete"
 fi
 ln -sfn "$venv" "$root/.venv"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -69,37 +70,67 @@ struct Kernel {
     return UlpTraits<U>::Ordered(v);
   }
 
-  inline void Visit(A av, E ev, int64_t index, Partial& p) const {
+  // Requires p's "all" maxima and max_ulp to be seeded at the range's first index (Seed).
+  __attribute__((always_inline)) inline void Visit(A av, E ev, int64_t index, Partial& p) const {
     const double a = ToDouble(av);
     const double e = ToDouble(ev);
+    if (a == e) {  // 0 difference, 0 ulp (also +0 vs -0), always close
+      ++p.hist[0];
+      return;
+    }
+    const double abs_diff = std::fabs(a - e);
+    if (__builtin_expect(!(abs_diff <= std::numeric_limits<double>::max()), 0)) {
+      VisitNonFinite(av, ev, a, e, abs_diff, index, p);
+      return;
+    }
+    // Both finite and different. A running maximum rarely changes, so test the relative
+    // difference by multiplication and divide only for a new maximum; a NaN maximum (which
+    // nothing outranks) makes the comparison false as it should.
+    const double mag_e = std::fabs(e);
+    if (abs_diff > p.max_abs_all) { p.max_abs_all = abs_diff; p.max_abs_all_i = index; }
+    if (abs_diff > p.max_rel_all * mag_e) {
+      const double rel = abs_diff / mag_e;
+      if (rel > p.max_rel_all) { p.max_rel_all = rel; p.max_rel_all_i = index; }
+    }
+    if (!(abs_diff <= atol + rtol * mag_e)) Mismatch(abs_diff, abs_diff / mag_e, index, p);
+    const uint64_t d = OrderedDistance(Ordered(av), Ordered(ev));
+    ++p.hist[UlpBucket(d)];
+    if (d > p.max_ulp) { p.max_ulp = d; p.max_ulp_i = index; }
+  }
+
+  __attribute__((noinline)) static void Mismatch(double abs_diff, double rel_diff, int64_t index, Partial& p) {
+    ++p.mismatched;
+    if (p.max_abs_i < 0 || Outranks(abs_diff, p.max_abs)) { p.max_abs = abs_diff; p.max_abs_i = index; }
+    if (p.max_rel_i < 0 || Outranks(rel_diff, p.max_rel)) { p.max_rel = rel_diff; p.max_rel_i = index; }
+  }
+
+  // A NaN or infinite difference: torch.isclose's NaN (equal_nan) and infinity rules.
+  __attribute__((noinline)) void VisitNonFinite(A av, E ev, double a, double e, double abs_diff, int64_t index,
+                      Partial& p) const {
     const bool a_nan = std::isnan(a), e_nan = std::isnan(e);
-    const bool identical = (a == e) || (equal_nan && a_nan && e_nan);
-    double abs_diff = 0.0, rel_diff = 0.0;
-    bool close = identical;
-    if (!identical) {
-      abs_diff = std::fabs(a - e);
-      rel_diff = abs_diff / std::fabs(e);
-      close = std::isfinite(abs_diff) && abs_diff <= atol + std::fabs(rtol * e);
+    if (equal_nan && a_nan && e_nan) {
+      ++p.hist[0];
+      return;
     }
-    if (p.max_abs_all_i < 0 || Outranks(abs_diff, p.max_abs_all)) { p.max_abs_all = abs_diff; p.max_abs_all_i = index; }
-    if (p.max_rel_all_i < 0 || Outranks(rel_diff, p.max_rel_all)) { p.max_rel_all = rel_diff; p.max_rel_all_i = index; }
-    if (!close) {
-      ++p.mismatched;
-      if (p.max_abs_i < 0 || Outranks(abs_diff, p.max_abs)) { p.max_abs = abs_diff; p.max_abs_i = index; }
-      if (p.max_rel_i < 0 || Outranks(rel_diff, p.max_rel)) { p.max_rel = rel_diff; p.max_rel_i = index; }
-    }
+    const double rel_diff = abs_diff / std::fabs(e);
+    if (Outranks(abs_diff, p.max_abs_all)) { p.max_abs_all = abs_diff; p.max_abs_all_i = index; }
+    if (Outranks(rel_diff, p.max_rel_all)) { p.max_rel_all = rel_diff; p.max_rel_all_i = index; }
+    Mismatch(abs_diff, rel_diff, index, p);  // never close: the difference is not finite
     if (a_nan || e_nan) {
-      if (identical) {
-        ++p.hist[0];
-        if (p.max_ulp_i < 0) p.max_ulp_i = index;
-      } else {
-        ++p.ulp_undefined;
-      }
+      ++p.ulp_undefined;
       return;
     }
     const uint64_t d = OrderedDistance(Ordered(av), Ordered(ev));
     ++p.hist[UlpBucket(d)];
-    if (p.max_ulp_i < 0 || d > p.max_ulp) { p.max_ulp = d; p.max_ulp_i = index; }
+    if (d > p.max_ulp) { p.max_ulp = d; p.max_ulp_i = index; }
+  }
+
+  // Every difference is >= 0 (or NaN, which outranks), so seeding the maxima with 0 at the
+  // first index gives torch.max's first-occurrence answer without a per-element "unset" test.
+  static void Seed(int64_t begin, Partial& p) {
+    p.max_abs_all = p.max_rel_all = 0.0;
+    p.max_abs_all_i = p.max_rel_all_i = p.max_ulp_i = begin;
+    p.max_ulp = 0;
   }
 
   void RunContiguous(const A* a, const E* e, int64_t begin, int64_t end, Partial& p) const {
@@ -156,6 +187,7 @@ Partial RunAll(const TensorView& av, const TensorView& ev, const std::vector<int
   std::vector<Partial> parts(threads);
   auto work = [&](int t) {
     const int64_t begin = total * t / threads, end = total * (t + 1) / threads;
+    k.Seed(begin, parts[t]);
     if (contiguous) {
       k.RunContiguous(a, e, begin, end, parts[t]);
     } else {

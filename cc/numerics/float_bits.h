@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace txe::numerics {
 
@@ -43,24 +44,31 @@ inline double ToDouble(Float16 v) { return Float16ToFloat(v); }
 // (so that -0 and +0 coincide and adjacent floats differ by one). The value must be exactly
 // representable in U, which holds because U is the promoted type of both inputs.
 template <typename U> struct UlpTraits;
+// Branch-free conditional negation: signs of real data are random, so a branch mispredicts.
+inline int64_t NegateIf(int64_t mag, uint64_t sign_bit) {
+  const int64_t s = -static_cast<int64_t>(sign_bit);
+  return (mag ^ s) - s;
+}
+
 template <> struct UlpTraits<double> {
   template <typename T> static int64_t Ordered(T v) {
     const uint64_t b = DoubleToBits(ToDouble(v));
-    const int64_t mag = static_cast<int64_t>(b & 0x7fffffffffffffffull);
-    return (b >> 63) ? -mag : mag;
+    return NegateIf(static_cast<int64_t>(b & 0x7fffffffffffffffull), b >> 63);
   }
 };
 template <> struct UlpTraits<float> {
   template <typename T> static int64_t Ordered(T v) {
-    const uint32_t b = FloatToBits(static_cast<float>(ToDouble(v)));
-    const int64_t mag = b & 0x7fffffffu;
-    return (b >> 31) ? -mag : mag;
+    float f;
+    if constexpr (std::is_same_v<T, float>) {
+      f = v;
+    } else {
+      f = static_cast<float>(ToDouble(v));
+    }
+    const uint32_t b = FloatToBits(f);
+    return NegateIf(b & 0x7fffffffu, b >> 31);
   }
 };
-inline int64_t OrderedHalfBits(uint16_t b) {
-  const int64_t mag = b & 0x7fffu;
-  return (b >> 15) ? -mag : mag;
-}
+inline int64_t OrderedHalfBits(uint16_t b) { return NegateIf(b & 0x7fffu, b >> 15); }
 template <> struct UlpTraits<BFloat16> {
   static int64_t Ordered(BFloat16 v) { return OrderedHalfBits(v.bits); }
 };
@@ -68,10 +76,11 @@ template <> struct UlpTraits<Float16> {
   static int64_t Ordered(Float16 v) { return OrderedHalfBits(v.bits); }
 };
 
-// |a - b| of two ordered integers without signed overflow.
+// |a - b| of two ordered integers, without signed overflow and without a branch.
 inline uint64_t OrderedDistance(int64_t a, int64_t b) {
-  return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
-                : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
+  const uint64_t d = static_cast<uint64_t>(a) - static_cast<uint64_t>(b);
+  const uint64_t m = -static_cast<uint64_t>(a < b);
+  return (d ^ m) - m;
 }
 
 }  // namespace txe::numerics
