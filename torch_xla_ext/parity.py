@@ -1,0 +1,1203 @@
+"""Parity verdicts for XLA vs CPU: why outputs differ, not just that they do.
+
+``verify`` runs a function on XLA and on CPU eager (twice, to catch a nondeterministic
+reference), plus an fp64 CPU golden, compares them with the C++ comparator
+(:mod:`torch_xla_ext.numerics`) and, from the lowered HLO of the XLA run, rebuilds a CPU
+reference that rounds exactly where XLA rounds. The verdict says whether XLA matches CPU; the
+explanation says why not: rounding placement (XLA matches the rounding-emulated reference), or
+something the rounding does not explain.
+
+Example:
+    >>> import torch
+    >>> from torch_xla_ext import parity
+    >>> lin = torch.nn.Linear(128, 128)
+    >>> report = parity.verify(lin, (torch.randn(8, 128),), dtype="bf16")  # doctest: +SKIP
+    >>> report.verdict, report.emulation  # doctest: +SKIP
+    ('FAIL', 'matches')
+
+``scan_layers`` does the same for a stack of layers run with torch_xla's ``scan_layers`` and
+localises the first layer where XLA leaves the reference; ``assert_parity`` is the pytest form.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import json
+import math
+import re
+import traceback
+from typing import Any, Callable, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from torch_xla_ext import numerics
+from torch_xla_ext.errors import TorchXlaExtError
+
+__all__ = [
+    "Verdict",
+    "ParityReport",
+    "OutputParity",
+    "LayerParity",
+    "RoundingPoint",
+    "ParityError",
+    "HloEmulationError",
+    "verify",
+    "scan_layers",
+    "assert_parity",
+    "emulate_hlo",
+    "rounding_points",
+    "parse_hlo_text",
+    "scan_patched_linear_example",
+]
+
+
+class ParityError(TorchXlaExtError, ValueError):
+    """An argument of verify/scan_layers is unusable (names the argument)."""
+
+
+class HloEmulationError(TorchXlaExtError, ValueError):
+    """The HLO text cannot be parsed or holds an op the emulator does not implement."""
+
+
+# ---------------------------------------------------------------------------------------------
+# HLO text: a small parser and a rounding-faithful interpreter.
+#
+# Every op is evaluated in a wide compute type (float32 by default, as XLA:CPU upcasts bf16 and
+# f16 arithmetic) and its result is rounded to the op's HLO element type, so the reference
+# rounds exactly where the lowered program rounds. Shape-only ops (reshape, broadcast,
+# transpose, slices, tuples) move values without rounding.
+# ---------------------------------------------------------------------------------------------
+
+_HLO_DTYPES = {
+    "pred": np.dtype(np.bool_),
+    "s8": np.dtype(np.int8), "s16": np.dtype(np.int16), "s32": np.dtype(np.int32), "s64": np.dtype(np.int64),
+    "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
+    "bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16),
+    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+}
+_NARROW_FLOATS = ("bf16", "f16")
+# Ops that compute new values (and so round to their element type); everything else moves data.
+_ARITHMETIC = frozenset(
+    "add subtract multiply divide maximum minimum power remainder atan2 negate abs exponential "
+    "exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine tan floor "
+    "ceil round-nearest-even round-nearest-afz sign dot reduce clamp erf".split()
+)
+_LAYOUT = frozenset("reshape broadcast transpose copy bitcast get-tuple-element slice".split())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    element_type: str | None  # None for a tuple
+    dims: tuple[int, ...] = ()
+    tuple_shapes: tuple["_Shape", ...] = ()
+
+    def __str__(self) -> str:
+        if self.element_type is None:
+            return "(" + ", ".join(map(str, self.tuple_shapes)) + ")"
+        return f"{self.element_type}[{','.join(map(str, self.dims))}]"
+
+
+@dataclasses.dataclass
+class _Instruction:
+    name: str
+    shape: _Shape
+    opcode: str
+    operands: list[str]
+    literal: str  # the text inside the parentheses for constant/parameter
+    attrs: dict[str, str]
+
+
+@dataclasses.dataclass
+class _Computation:
+    name: str
+    instructions: list[_Instruction]
+    root: str
+    by_name: dict[str, _Instruction]
+
+
+@dataclasses.dataclass
+class _HloModule:
+    name: str
+    computations: dict[str, _Computation]
+    entry: str
+
+
+_COMMENT_RE = re.compile(r"/\*.*?\*/")
+_INSTR_RE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_HEADER_RE = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)?\{\s*$")
+
+
+def _balanced(text: str, start: int) -> int:
+    """Index just past the bracket group opening at text[start]."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    stack = []
+    i = start
+    in_str = False
+    while i < len(text):
+        c = text[i]
+        if in_str:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in pairs:
+            stack.append(pairs[c])
+        elif stack and c == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i + 1
+        i += 1
+    raise HloEmulationError(f"unbalanced brackets in HLO text: {text[start:start + 80]!r}")
+
+
+def _split_top(text: str) -> list[str]:
+    """Splits on commas outside brackets and strings."""
+    parts, depth, cur, in_str = [], 0, [], False
+    for i, c in enumerate(text):
+        if in_str:
+            in_str = not (c == '"' and text[i - 1] != "\\")
+        elif c == '"':
+            in_str = True
+        elif c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(c)
+    if "".join(cur).strip():
+        parts.append("".join(cur).strip())
+    return parts
+
+
+def _parse_shape(text: str) -> _Shape:
+    text = text.strip()
+    if text.startswith("("):
+        inner = text[1:_balanced(text, 0) - 1]
+        return _Shape(None, (), tuple(_parse_shape(p) for p in _split_top(inner)))
+    m = re.match(r"(\w+)\[([^\]]*)\]", text)
+    if not m:
+        raise HloEmulationError(f"cannot parse HLO shape {text!r}")
+    dims = tuple(int(d.replace("<=", "")) for d in m.group(2).split(",") if d.strip())
+    return _Shape(m.group(1), dims)
+
+
+def _parse_instruction(line: str) -> tuple[_Instruction, bool]:
+    m = _INSTR_RE.match(line)
+    if not m:
+        raise HloEmulationError(f"cannot parse HLO instruction {line.strip()!r}")
+    is_root, name, rest = bool(m.group(1)), m.group(2), m.group(3).strip()
+    if rest.startswith("("):
+        end = _balanced(rest, 0)
+    else:
+        end = re.match(r"\S+", rest).end()
+    shape = _parse_shape(rest[:end])
+    rest = rest[end:].strip()
+    m = re.match(r"([\w\-]+)\(", rest)
+    if not m:
+        raise HloEmulationError(f"{name}: cannot find the opcode in {rest[:80]!r}")
+    opcode = m.group(1)
+    close = _balanced(rest, m.end() - 1)
+    inside = rest[m.end():close - 1]
+    operands = [] if opcode in ("constant", "parameter", "iota") else [
+        re.findall(r"%([\w.\-]+)", p)[-1] for p in _split_top(inside) if "%" in p
+    ]
+    attrs = {}
+    for part in _split_top(rest[close:].lstrip(", ")):
+        key, _, value = part.partition("=")
+        attrs[key.strip()] = value.strip()
+    return _Instruction(name, shape, opcode, operands, inside, attrs), is_root
+
+
+def parse_hlo_text(text: str) -> _HloModule:
+    text = _COMMENT_RE.sub("", text)
+    computations: dict[str, _Computation] = {}
+    module_name, entry, current = "", None, None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("HloModule"):
+            module_name = line.split()[1].rstrip(",")
+            continue
+        if current is None:
+            m = _HEADER_RE.match(line)
+            if m:
+                current = _Computation(m.group(2), [], "", {})
+                if m.group(1):
+                    entry = current.name
+            continue
+        if line.strip() == "}":
+            if not current.root and current.instructions:
+                current.root = current.instructions[-1].name
+            computations[current.name] = current
+            current = None
+            continue
+        instr, is_root = _parse_instruction(line)
+        current.instructions.append(instr)
+        current.by_name[instr.name] = instr
+        if is_root:
+            current.root = instr.name
+    if entry is None:
+        raise HloEmulationError("HLO text has no ENTRY computation")
+    return _HloModule(module_name, computations, entry)
+
+
+def _ints(attr: str) -> list[int]:
+    return [int(v) for v in re.findall(r"-?\d+", attr)]
+
+
+def _literal(text: str, shape: _Shape) -> np.ndarray:
+    dtype = _HLO_DTYPES[shape.element_type]
+    tokens = re.findall(r"-?inf|nan|true|false|[-+0-9.eE]+", text.replace("{", " ").replace("}", " "))
+    conv = {"true": 1.0, "false": 0.0, "inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+    values = np.array([conv.get(t, None) if t in conv else float(t) for t in tokens], np.float64)
+    if values.size == 1 and math.prod(shape.dims) != 1:
+        values = np.full(shape.dims, values[0])
+    return values.reshape(shape.dims).astype(dtype)
+
+
+class _Interpreter:
+    """Evaluates an _HloModule on numpy arrays, rounding after every op to its element type.
+
+    With ``exact``, every floating-point value is kept in float64 and nothing rounds: the
+    replay then computes the program's math, to compare with an fp64 run of the reference.
+    """
+
+    def __init__(self, module: _HloModule, compute_dtype: np.dtype, exact: bool = False):
+        self.module = module
+        self.exact = exact
+        self.compute = np.dtype(np.float64 if exact else compute_dtype)
+
+    def _storage(self, et: str | None) -> np.dtype | None:
+        dtype = _HLO_DTYPES.get(et) if et else None
+        if self.exact and dtype is not None and (dtype.kind == "f" or dtype == _HLO_DTYPES["bf16"]):
+            return np.dtype(np.float64)
+        return dtype
+
+    def _wide(self, a: np.ndarray) -> np.ndarray:
+        if a.dtype.kind == "f" or a.dtype == _HLO_DTYPES["bf16"]:
+            # f64 stays f64; narrower floats are computed in the compute type.
+            return a.astype(np.float64 if a.dtype == np.float64 else self.compute)
+        return a
+
+    def run(self, args: Sequence[Any], computation: str | None = None) -> Any:
+        comp = self.module.computations[computation or self.module.entry]
+        env: dict[str, Any] = {}
+        for ins in comp.instructions:
+            try:
+                env[ins.name] = self._eval(ins, env, args)
+            except HloEmulationError:
+                raise
+            except Exception as e:  # name the instruction that failed
+                raise HloEmulationError(f"{comp.name}/{ins.name} ({ins.opcode}): {e}") from e
+        return env[comp.root]
+
+    def _eval(self, ins: _Instruction, env: dict[str, Any], args: Sequence[Any]) -> Any:
+        op, a = ins.opcode, ins.attrs
+        ops = [env[o] for o in ins.operands]
+        et = ins.shape.element_type
+        out_dtype = self._storage(et)
+
+        def done(value: np.ndarray) -> np.ndarray:
+            value = np.asarray(value)
+            if value.shape != ins.shape.dims:
+                value = np.broadcast_to(value, ins.shape.dims)
+            return value.astype(out_dtype, order="C")  # a copy; keeps 0-d arrays 0-d
+
+        if op == "parameter":
+            return args[int(ins.literal)]
+        if op == "constant":
+            return _literal(ins.literal, ins.shape).astype(out_dtype)
+        if op == "tuple":
+            return tuple(ops)
+        if op == "get-tuple-element":
+            return ops[0][int(a["index"])]
+        if op in ("copy", "bitcast", "optimization-barrier"):
+            return ops[0]
+        if op == "convert":
+            src = ops[0]
+            if src.dtype.kind == "f" or src.dtype == _HLO_DTYPES["bf16"]:
+                if out_dtype.kind in "iub":
+                    src = np.trunc(src.astype(np.float64))
+            return done(src)
+        if op == "reshape":
+            return done(ops[0].reshape(ins.shape.dims))
+        if op == "broadcast":
+            dims = _ints(a.get("dimensions", "{}"))
+            src = ops[0]
+            view = [1] * len(ins.shape.dims)
+            for i, d in enumerate(dims):
+                view[d] = src.shape[i]
+            return done(np.broadcast_to(src.reshape(view), ins.shape.dims))
+        if op == "transpose":
+            return done(np.transpose(ops[0], _ints(a["dimensions"])))
+        if op == "concatenate":
+            return done(np.concatenate(ops, axis=_ints(a["dimensions"])[0]))
+        if op == "slice":
+            spec = re.findall(r"\[(-?\d+):(-?\d+)(?::(-?\d+))?\]", a["slice"])
+            return done(ops[0][tuple(slice(int(s), int(e), int(t or 1)) for s, e, t in spec)])
+        if op == "dynamic-slice":
+            src, starts = ops[0], [int(np.asarray(s)) for s in ops[1:]]
+            sizes = _ints(a["dynamic_slice_sizes"])
+            starts = [min(max(s, 0), d - z) for s, d, z in zip(starts, src.shape, sizes)]
+            return done(src[tuple(slice(s, s + z) for s, z in zip(starts, sizes))])
+        if op == "dynamic-update-slice":
+            src, upd, starts = ops[0].copy(), ops[1], [int(np.asarray(s)) for s in ops[2:]]
+            starts = [min(max(s, 0), d - z) for s, d, z in zip(starts, src.shape, upd.shape)]
+            src[tuple(slice(s, s + z) for s, z in zip(starts, upd.shape))] = upd
+            return done(src)
+        if op == "iota":
+            dim = int(a["iota_dimension"])
+            view = [1] * len(ins.shape.dims)
+            view[dim] = ins.shape.dims[dim]
+            return done(np.arange(ins.shape.dims[dim]).reshape(view))
+        if op == "compare":
+            fn = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
+                  "GT": np.greater, "GE": np.greater_equal}[a["direction"]]
+            return done(fn(self._wide(ops[0]), self._wide(ops[1])))
+        if op == "select":
+            return done(np.where(ops[0], ops[1], ops[2]))
+        if op == "call":
+            return self.run(ops, a["to_apply"].lstrip("%"))
+        if op == "while":
+            cond, body = a["condition"].lstrip("%"), a["body"].lstrip("%")
+            state = ops[0]
+            while bool(np.asarray(self.run([state], cond))):
+                state = self.run([state], body)
+            return state
+        if op == "dot":
+            return done(self._dot(ins, ops))
+        if op == "reduce":
+            return done(self._reduce(ins, ops))
+        if op == "clamp":
+            lo, x, hi = (self._wide(o) for o in ops)
+            return done(np.minimum(np.maximum(x, lo), hi))
+        binary = {
+            "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+            "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "atan2": np.arctan2,
+            "remainder": np.fmod, "and": np.logical_and, "or": np.logical_or,
+        }
+        unary = {
+            "negate": np.negative, "abs": np.abs, "exponential": np.exp, "log": np.log,
+            "sqrt": np.sqrt, "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh,
+            "logistic": lambda v: 1 / (1 + np.exp(-v)), "sine": np.sin, "cosine": np.cos,
+            "floor": np.floor, "ceil": np.ceil, "sign": np.sign, "not": np.logical_not,
+            "exponential-minus-one": np.expm1, "log-plus-one": np.log1p,
+            "round-nearest-even": np.rint, "cbrt": np.cbrt, "tan": np.tan,
+        }
+        with np.errstate(all="ignore"):
+            if op in binary:
+                if op == "divide" and out_dtype.kind in "iu":
+                    return done(np.trunc(np.divide(ops[0], ops[1])))
+                return done(binary[op](self._wide(ops[0]), self._wide(ops[1])))
+            if op in unary:
+                return done(unary[op](self._wide(ops[0])))
+        raise HloEmulationError(f"HLO op {op!r} ({ins.name}) is not supported by the emulator")
+
+    def _dot(self, ins: _Instruction, ops: list[np.ndarray]) -> np.ndarray:
+        a = ins.attrs
+        lhs, rhs = self._wide(ops[0]), self._wide(ops[1])
+        lb, rb = _ints(a.get("lhs_batch_dims", "{}")), _ints(a.get("rhs_batch_dims", "{}"))
+        lc, rc = _ints(a.get("lhs_contracting_dims", "{}")), _ints(a.get("rhs_contracting_dims", "{}"))
+        lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
+        rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
+        size = lambda arr, dims: math.prod(arr.shape[d] for d in dims)
+        l3 = np.transpose(lhs, lb + lf + lc).reshape(size(lhs, lb), size(lhs, lf), size(lhs, lc))
+        r3 = np.transpose(rhs, rb + rc + rf).reshape(size(rhs, rb), size(rhs, rc), size(rhs, rf))
+        out = np.matmul(l3, r3)
+        return out.reshape([lhs.shape[d] for d in lb] + [lhs.shape[d] for d in lf] + [rhs.shape[d] for d in rf])
+
+    def _reduce(self, ins: _Instruction, ops: list[np.ndarray]) -> np.ndarray:
+        if len(ops) != 2:
+            raise HloEmulationError(f"{ins.name}: variadic reduce is not supported by the emulator")
+        reducer = self.module.computations[ins.attrs["to_apply"].lstrip("%")]
+        kind = reducer.by_name[reducer.root].opcode
+        fn = {"add": np.sum, "maximum": np.max, "minimum": np.min, "multiply": np.prod,
+              "and": np.all, "or": np.any}.get(kind)
+        if fn is None:
+            raise HloEmulationError(f"{ins.name}: reduce with a {kind!r} reducer is not supported")
+        dims = tuple(_ints(ins.attrs["dimensions"]))
+        src, init = self._wide(ops[0]), self._wide(ops[1])
+        red = fn(src, axis=dims)
+        combine = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum, "multiply": np.multiply,
+                   "and": np.logical_and, "or": np.logical_or}[kind]
+        return combine(red, init)
+
+
+def emulate_hlo(
+    hlo_text: str, args: Sequence[Any], *, compute_dtype: Any = np.float32, exact: bool = False
+) -> list[np.ndarray]:
+    """Runs HLO text on numpy arrays, rounding every op's result to its HLO element type.
+
+    ``args`` are the entry computation's parameters in order (numpy arrays, bfloat16 as
+    ml_dtypes.bfloat16). Arithmetic on narrow floats runs in ``compute_dtype`` (float32, as
+    XLA:CPU upcasts bf16/f16) and is rounded back after each op, so the result rounds exactly
+    where the lowered program does. With ``exact``, floats stay float64 throughout and nothing
+    rounds (converts between float types are the identity): the program's math without its
+    roundings. Returns the root's leaves (a tuple root is flattened).
+
+    Example:
+        >>> hlo = '''HloModule m
+        ... ENTRY %e (p0: bf16[2]) -> bf16[2] {
+        ...   %p0 = bf16[2]{0} parameter(0)
+        ...   ROOT %add = bf16[2]{0} add(bf16[2]{0} %p0, bf16[2]{0} %p0)
+        ... }'''
+        >>> emulate_hlo(hlo, [np.array([1, 2], ml_dtypes.bfloat16)])[0].tolist()
+        [2.0, 4.0]
+    """
+    module = parse_hlo_text(hlo_text)
+    entry = module.computations[module.entry]
+    params = sorted((int(i.literal), i) for i in entry.instructions if i.opcode == "parameter")
+    if len(params) != len(args):
+        raise HloEmulationError(f"the entry computation takes {len(params)} parameters, got {len(args)} arguments")
+    for (n, ins), arg in zip(params, args):
+        want = _HLO_DTYPES.get(ins.shape.element_type)
+        if tuple(np.shape(arg)) != ins.shape.dims or np.asarray(arg).dtype != want:
+            raise HloEmulationError(
+                f"argument {n} is {np.asarray(arg).dtype}{list(np.shape(arg))}, parameter(%d) %s is {ins.shape}"
+                % (n, ins.name)
+            )
+    interp = _Interpreter(module, compute_dtype, exact)
+    out = interp.run([np.asarray(x).astype(interp._storage(ins.shape.element_type)) for (_, ins), x in zip(params, args)])
+    leaves: list[np.ndarray] = []
+
+    def flatten(v: Any) -> None:
+        if isinstance(v, tuple):
+            for x in v:
+                flatten(x)
+        else:
+            leaves.append(v)
+
+    flatten(out)
+    return leaves
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundingPoint:
+    """An HLO op whose result XLA stores in a narrow float type, i.e. a place where it rounds.
+
+    ``after`` names the narrow-float op feeding this one (through shape-only ops), when there
+    is one: that pair is a double rounding that an eager kernel fusing both steps does not do.
+    """
+
+    computation: str
+    instruction: str
+    opcode: str
+    element_type: str
+    after: str | None = None
+    after_opcode: str | None = None
+
+
+def rounding_points(hlo_text: str) -> list[RoundingPoint]:
+    """Arithmetic ops of ``hlo_text`` whose element type is bf16/f16, in program order.
+
+    Example:
+        >>> [(p.opcode, p.after_opcode) for p in rounding_points(hlo) if p.after]  # doctest: +SKIP
+        [('add', 'dot')]
+    """
+    module = parse_hlo_text(hlo_text)
+    points = []
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            et = ins.shape.element_type
+            if ins.opcode not in _ARITHMETIC or et not in _NARROW_FLOATS:
+                continue
+            after = None
+            for o in ins.operands:
+                src = comp.by_name.get(o)
+                while src is not None and src.opcode in _LAYOUT and src.operands:
+                    src = comp.by_name.get(src.operands[0])
+                if src is not None and src.opcode in _ARITHMETIC and src.shape.element_type in _NARROW_FLOATS:
+                    after = src
+                    break
+            points.append(RoundingPoint(comp.name, ins.name, ins.opcode, et,
+                                        after.name if after else None, after.opcode if after else None))
+    return points
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------------------------
+
+
+class Verdict(str, enum.Enum):
+    """The outcome, in the manner of pytorch/xla's benchmarks verifier."""
+
+    PASS = "PASS"  # XLA matches CPU eager within the tolerances.
+    FAIL = "FAIL"  # It does not; the explanation says whether rounding placement accounts for it.
+    NONDETERMINISTIC_REFERENCE = "NONDETERMINISTIC_REFERENCE"  # two CPU runs disagree.
+    EXCEPTION = "EXCEPTION"  # a run raised; nothing was compared.
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputParity:
+    """One floating-point output. Errors are against the fp64 golden: greatest and mean
+    absolute error. ``emulated`` compares XLA with the rounding-emulated reference exactly
+    (rtol = atol = 0); None when the emulation did not run."""
+
+    path: str
+    xla_vs_cpu: numerics.CompareReport
+    xla_error: float
+    cpu_error: float
+    xla_mean_error: float
+    cpu_mean_error: float
+    closer: str  # "xla", "cpu" or "tie": which is closer to the golden
+    emulated: numerics.CompareReport | None = None
+    emulated_error: float | None = None
+    # The HLO replayed in float64 without rounding vs the fp64 golden (torch.testing's float64
+    # tolerances): passes when the lowered program computes the reference's math.
+    unrounded: numerics.CompareReport | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("path", "xla_error", "cpu_error", "xla_mean_error", "cpu_mean_error", "closer", "emulated_error")}
+        d["xla_vs_cpu"] = self.xla_vs_cpu.to_dict()
+        d["emulated"] = self.emulated.to_dict() if self.emulated else None
+        d["unrounded"] = self.unrounded.to_dict() if self.unrounded else None
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerParity:
+    """One layer of a scanned stack: scan vs the Python loop on XLA (exact), XLA (scan) vs CPU
+    eager (with the tolerances), and both against the fp64 golden."""
+
+    index: int
+    scan_vs_loop: numerics.CompareReport
+    xla_vs_cpu: numerics.CompareReport
+    xla_error: float
+    cpu_error: float
+
+    @property
+    def diverges(self) -> bool:
+        return not (self.xla_vs_cpu.passed and self.scan_vs_loop.passed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "diverges": self.diverges,
+            "scan_vs_loop": self.scan_vs_loop.to_dict(),
+            "xla_vs_cpu": self.xla_vs_cpu.to_dict(),
+            "xla_error": self.xla_error,
+            "cpu_error": self.cpu_error,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityReport:
+    """The outcome of :func:`verify` / :func:`scan_layers`.
+
+    ``emulation`` is "matches" when XLA equals the rounding-emulated reference bit for bit on
+    every output, "differs" when it does not, or "unavailable: <why>". ``hlo_math`` is "same"
+    when the HLO replayed in fp64 without rounding matches the fp64 golden (the lowering computes
+    the reference's math), "differs", or "unavailable". ``rounding_points`` are
+    the HLO ops where XLA stores a bf16/f16 result; those with ``after`` set round twice in a
+    row. ``nondeterminism`` is the first output where two CPU runs disagreed.
+    """
+
+    verdict: Verdict
+    explanation: str
+    dtype: str
+    rtol: float | None
+    atol: float | None
+    outputs: tuple[OutputParity, ...] = ()
+    emulation: str = "unavailable: not run"
+    hlo_math: str = "unavailable"
+    rounding_points: tuple[RoundingPoint, ...] = ()
+    nondeterminism: tuple[str, numerics.CompareReport] | None = None
+    exception: str | None = None
+    stage: str | None = None
+    layers: tuple[LayerParity, ...] = ()
+    first_divergent_layer: int | None = None
+    hlo_text: str | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == Verdict.PASS
+
+    def to_dict(self) -> dict[str, Any]:
+        def finite(v: Any) -> Any:
+            return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+        d = {
+            "verdict": self.verdict.value,
+            "explanation": self.explanation,
+            "dtype": self.dtype,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "emulation": self.emulation,
+            "hlo_math": self.hlo_math,
+            "outputs": [{k: finite(v) for k, v in o.to_dict().items()} for o in self.outputs],
+            "rounding_points": [dataclasses.asdict(p) for p in self.rounding_points],
+            "exception": self.exception,
+            "stage": self.stage,
+            "layers": [{k: finite(v) for k, v in l.to_dict().items()} for l in self.layers],
+            "first_divergent_layer": self.first_divergent_layer,
+        }
+        if self.nondeterminism:
+            d["nondeterminism"] = {"path": self.nondeterminism[0], "report": self.nondeterminism[1].to_dict()}
+        return d
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def __str__(self) -> str:
+        lines = [f"Parity verdict: {self.verdict.value} ({self.dtype})", "", self.explanation]
+        for o in self.outputs:
+            r = o.xla_vs_cpu
+            lines += [
+                "",
+                f"output {o.path or '<root>'} {list(r.shape)}:",
+                f"  XLA vs CPU eager: {r.mismatched}/{r.total} mismatched (rtol={r.rtol:g}, atol={r.atol:g}), "
+                f"{r.ulp_histogram.get('0', 0)}/{r.total} bit-identical, max ULP {r.max_ulp}",
+                f"  vs fp64 golden: XLA max {o.xla_error:.3g} (mean {o.xla_mean_error:.3g}), "
+                f"CPU max {o.cpu_error:.3g} (mean {o.cpu_mean_error:.3g}); closer: {o.closer}",
+            ]
+            if o.emulated is not None:
+                e = o.emulated
+                lines.append(
+                    f"  XLA vs rounding-emulated reference: {e.total - e.mismatched}/{e.total} bit-identical"
+                    + (f"; emulated max error vs fp64 {o.emulated_error:.3g}" if o.emulated_error is not None else "")
+                )
+            if o.unrounded is not None:
+                u = o.unrounded
+                lines.append(f"  HLO replayed in fp64 without rounding vs fp64 golden: {u.mismatched}/{u.total} mismatched")
+        if self.layers:
+            lines += ["", "layer  scan==loop  XLA vs CPU mismatched  XLA err    CPU err"]
+            for l in self.layers:
+                lines.append(
+                    f"{l.index:5d}  {'yes' if l.scan_vs_loop.passed else 'NO':>10}  "
+                    f"{l.xla_vs_cpu.mismatched:>9}/{l.xla_vs_cpu.total:<10}  {l.xla_error:<9.3g}  {l.cpu_error:.3g}"
+                    + ("   <- first divergent" if l.index == self.first_divergent_layer else "")
+                )
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a function on XLA, CPU eager and fp64
+# ---------------------------------------------------------------------------------------------
+
+_DTYPE_NAMES = {
+    "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f16": "float16", "float16": "float16",
+    "half": "float16", "fp32": "float32", "f32": "float32", "float32": "float32", "float": "float32",
+    "fp64": "float64", "f64": "float64", "float64": "float64", "double": "float64",
+}
+
+
+def _torch_dtype(dtype: Any):
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    name = _DTYPE_NAMES.get(str(dtype).removeprefix("torch.").lower())
+    if name is None:
+        raise ParityError(f"dtype: expected one of bf16, fp16, fp32, fp64 or a torch.dtype, got {dtype!r}")
+    return getattr(torch, name)
+
+
+def _move(value: Any, device: Any, dtype: Any) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def one(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        t = t.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)  # on the CPU, so XLA receives data already in dtype, not a convert
+        return t.to(device)
+
+    return tree_map(one, value)
+
+
+def _prepare(fn: Any, device: Any, dtype: Any) -> Callable:
+    import torch
+
+    if isinstance(fn, torch.nn.Module):
+        m = copy.deepcopy(fn).to("cpu")
+        if dtype is not None:
+            m = m.to(dtype)  # on the CPU first, as for inputs
+        return m.to(device)
+    return fn
+
+
+def _float_leaves(out: Any, what: str) -> list[tuple[str, Any]]:
+    import torch
+    from torch.utils._pytree import keystr, tree_flatten_with_path
+
+    leaves = [(keystr(p), t) for p, t in tree_flatten_with_path(out)[0]
+              if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not leaves:
+        raise ParityError(f"{what} returned no floating-point tensor (got {type(out).__name__})")
+    return leaves
+
+
+def _run_cpu(fn: Any, inputs: tuple, dtype: Any, seed: int, via: Any = None) -> list[tuple[str, Any]]:
+    """``via``: round inputs and parameters to this dtype first (the golden of what XLA received)."""
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        if via is not None:
+            fn, inputs = _prepare(fn, "cpu", via), _move(inputs, "cpu", via)
+        out = _prepare(fn, "cpu", dtype)(*_move(inputs, "cpu", dtype))
+    return [(p, t.detach().clone()) for p, t in _float_leaves(out, "the reference")]
+
+
+@dataclasses.dataclass
+class _XlaRun:
+    outputs: list[tuple[str, Any]]
+    hlo_text: str | None
+    graph_args: list[Any] | None
+    hlo_error: str | None
+
+
+def _run_xla(fn: Any, inputs: tuple, dtype: Any, seed: int, capture_hlo: bool) -> _XlaRun:
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    from torch_xla_ext._compat import hlo as _hlo
+
+    device = torch_xla.device()
+    torch.manual_seed(seed)
+    xm.set_rng_state(seed)
+    with torch.no_grad():
+        out = _prepare(fn, device, dtype)(*_move(inputs, device, dtype))
+    leaves = _float_leaves(out, "fn")
+    text = args = err = None
+    if capture_hlo:
+        # Before sync: afterwards the outputs are device data and the graph is gone.
+        try:
+            tensors = [t for _, t in leaves]
+            text = _hlo.lowered_hlo_text(tensors)
+            args = [t.cpu() for t in _hlo.graph_inputs(tensors)]
+        except Exception as e:  # the verdict does not depend on the HLO
+            err = f"{type(e).__name__}: {e}"
+    torch_xla.sync()
+    return _XlaRun([(p, t.cpu()) for p, t in leaves], text, args, err)
+
+
+def _to_numpy(t: Any) -> np.ndarray:
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _golden_errors(y: Any, golden: Any) -> tuple[float, float]:
+    """Greatest and mean |y - golden|, in float64."""
+    import torch
+
+    y = torch.as_tensor(np.asarray(y, dtype=np.float64)) if isinstance(y, np.ndarray) else y.double()
+    if y.numel() == 0:
+        return 0.0, 0.0
+    e = (y - golden.double()).abs()
+    return float(e.max()), float(e.mean())
+
+
+def _closer(xla: tuple[float, float], cpu: tuple[float, float]) -> str:
+    if xla == cpu:
+        return "tie"
+    return "xla" if xla < cpu else "cpu"  # greatest error first, mean breaks ties
+
+
+def _emulate(run: _XlaRun, n_outputs: int):
+    """(rounded replay, exact replay, rounding points, status) of the XLA run's HLO."""
+    if run.hlo_text is None:
+        return None, None, (), f"unavailable: no HLO ({run.hlo_error})"
+    try:
+        points = tuple(rounding_points(run.hlo_text))
+        args = [_to_numpy(a) for a in run.graph_args]
+        rounded = emulate_hlo(run.hlo_text, args)
+        exact = emulate_hlo(run.hlo_text, args, exact=True)
+    except HloEmulationError as e:
+        return None, None, (), f"unavailable: {e}"
+    if len(rounded) != n_outputs:
+        return None, None, points, f"unavailable: the HLO has {len(rounded)} outputs, fn returned {n_outputs}"
+    return rounded, exact, points, "ok"
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def _describe_rounding(points: Sequence[RoundingPoint], dtype: str) -> str:
+    doubles = [p for p in points if p.after]
+    if not doubles:
+        return f"XLA stores {len(points)} intermediate result(s) in {dtype}"
+    pairs: dict[tuple[str, str], list[RoundingPoint]] = {}
+    for p in doubles:
+        pairs.setdefault((p.after_opcode, p.opcode), []).append(p)
+    parts = []
+    for (first, second), ps in pairs.items():
+        ex = ps[0]
+        parts.append(f"after the {first} (`{ex.after}`) and again after the {second} (`{ex.instruction}`)")
+    return f"XLA rounds to {doubles[0].element_type} " + "; and ".join(parts)
+
+
+def _explain(outputs: Sequence[OutputParity], emulation: str, hlo_math: str, points: Sequence[RoundingPoint],
+             dtype: str) -> str:
+    failing = [o for o in outputs if not o.xla_vs_cpu.passed]
+    total = sum(o.xla_vs_cpu.total for o in outputs)
+    mism = sum(o.xla_vs_cpu.mismatched for o in outputs)
+    worst = max(outputs, key=lambda o: o.xla_error)
+    golden = (f"Against the fp64 golden, XLA's greatest error is {_fmt(worst.xla_error)} and CPU eager's is "
+              f"{_fmt(worst.cpu_error)} (output {worst.path or '<root>'}; {_closer_words(worst.closer)}).")
+    emu_words = ""
+    if emulation == "matches":
+        emu_words = (f" XLA matches the rounding-emulated reference (the lowered HLO replayed on the CPU, "
+                     f"rounding to each op's element type) bit for bit on {total}/{total} elements.")
+    if not failing:
+        same = sum(o.xla_vs_cpu.ulp_histogram.get("0", 0) for o in outputs)
+        return (f"XLA matches CPU eager within tolerances on all {total} elements ({same} bit-identical) in {dtype}."
+                f"{emu_words} {golden}")
+    r = failing[0].xla_vs_cpu
+    where = f"{mism}/{total} elements mismatch CPU eager (rtol={r.rtol:g}, atol={r.atol:g})"
+    if emulation == "matches" and hlo_math == "same":
+        how = _describe_rounding(points, dtype)
+        return (
+            f"{where}, and the cause is rounding placement, not a lowering bug: {how}, where the CPU eager "
+            f"kernel rounds once.{emu_words} Replayed in fp64 without rounding, the same HLO matches the fp64 "
+            f"golden, so XLA computes the reference's math and only rounds in different places. {golden} To test "
+            f"this program, compare against the rounding-emulated reference (exact) or against the fp64 golden "
+            f"with a tolerance of about {_fmt(2 * worst.xla_error)}; if the extra rounding matters for training, "
+            f"keep that step in float32 (upcast before the op, round once at the end). Loosening the CPU tolerance "
+            f"hides the cause and would also hide a real bug."
+        )
+    if emulation == "matches":
+        u = sum(o.unrounded.mismatched for o in outputs)
+        return (
+            f"{where}, and it is not rounding: XLA runs its lowered HLO faithfully (bit for bit equal to the "
+            f"rounding-emulated replay), but that HLO computes different math from the reference: replayed in "
+            f"fp64 without rounding it differs from the fp64 golden on {u}/{total} elements. What fn lowers to "
+            f"(or fn itself) differs from the reference; dump it (report.hlo_text) and find the op that is not the "
+            f"reference's. {golden}"
+        )
+    if emulation == "differs":
+        emu_mism = sum(o.emulated.mismatched for o in outputs if o.emulated)
+        side = ("XLA is further from the fp64 golden than CPU eager" if worst.closer == "cpu"
+                else "XLA is at least as close to the fp64 golden as CPU eager")
+        math_words = {"same": "the HLO itself computes the reference's math (its exact replay matches the golden), "
+                              "so the XLA compiler or runtime changed the numerics of that HLO",
+                      "differs": "and the HLO's exact replay differs from the golden too"}.get(hlo_math, "")
+        return (
+            f"{where}, and rounding placement does not explain it: XLA also differs from the rounding-emulated "
+            f"reference (the lowered HLO replayed with XLA's roundings) on {emu_mism}/{total} elements; "
+            f"{math_words}. {golden} {side}. Dump the HLO (report.hlo_text), bisect the function, or for a layer "
+            f"stack use parity.scan_layers to find the first divergent layer."
+        )
+    return (f"{where}. The rounding-emulated reference could not be built ({emulation.removeprefix('unavailable: ')}), "
+            f"so rounding placement is neither confirmed nor ruled out. {golden}")
+
+
+def _closer_words(closer: str) -> str:
+    return {"xla": "XLA is closer", "cpu": "CPU eager is closer", "tie": "equally close"}[closer]
+
+
+def _describe_exception(stage: str, e: BaseException) -> tuple[str, str]:
+    text = "".join(traceback.format_exception_only(type(e), e)).strip()
+    return text, (f"The {stage} run raised {text.splitlines()[0] if text else type(e).__name__}; nothing was "
+                  f"compared. Fix the exception (report.exception has it) and rerun.")
+
+
+def verify(
+    fn: Any,
+    inputs: Any,
+    *,
+    dtype: Any = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    reference: Any = None,
+    seed: int = 0,
+    emulate: bool = True,
+) -> ParityReport:
+    """Runs ``fn(*inputs)`` on XLA and its reference on CPU eager (twice) and in fp64, compares.
+
+    ``fn`` and ``reference`` (default: ``fn``) are callables or ``nn.Module``s; a module is
+    copied and moved to each device (and cast to ``dtype``, "bf16"/"fp32"/... or a torch.dtype;
+    None keeps the inputs' dtypes). ``inputs`` is a tuple of CPU tensors (or one tensor). The RNG
+    is reset to ``seed`` before every run. XLA vs CPU uses ``torch_xla_ext.numerics.compare``
+    with ``rtol``/``atol`` (default torch.testing's for the dtype). With ``emulate``, the lowered
+    HLO of the XLA run is replayed on the CPU with XLA's roundings (see :func:`emulate_hlo`).
+
+    Example:
+        >>> r = verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32")  # doctest: +SKIP
+        >>> r.verdict  # doctest: +SKIP
+        <Verdict.PASS: 'PASS'>
+    """
+    import torch
+
+    if not callable(fn):
+        raise ParityError(f"fn: expected a callable or an nn.Module, got {type(fn).__name__}")
+    if reference is not None and not callable(reference):
+        raise ParityError(f"reference: expected a callable or an nn.Module, got {type(reference).__name__}")
+    if (rtol is None) != (atol is None):
+        raise ParityError("rtol and atol go together: pass both or neither")
+    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    tdtype = _torch_dtype(dtype)
+    ref = fn if reference is None else reference
+    dtype_name = str(tdtype).removeprefix("torch.") if tdtype is not None else "input dtypes"
+    tol = {} if rtol is None else {"rtol": rtol, "atol": atol}
+
+    stage = "CPU eager"
+    try:
+        cpu = _run_cpu(ref, inputs, tdtype, seed)
+        stage = "second CPU eager"
+        cpu2 = _run_cpu(ref, inputs, tdtype, seed)
+        stage = "fp64 golden"
+        # The golden starts from the inputs both sides received (rounded to dtype), so its
+        # error measures each side's arithmetic, not the shared input quantisation.
+        golden = _run_cpu(ref, inputs, torch.float64, seed, via=tdtype)
+        stage = "XLA"
+        xla = _run_xla(fn, inputs, tdtype, seed, emulate)
+        stage = "comparison"
+        if [p for p, _ in xla.outputs] != [p for p, _ in cpu]:
+            raise ParityError(
+                f"fn and the reference return different outputs: {[p for p, _ in xla.outputs]} vs {[p for p, _ in cpu]}"
+            )
+    except Exception as e:
+        text, explanation = _describe_exception(stage, e)
+        return ParityReport(Verdict.EXCEPTION, explanation, dtype_name, rtol, atol, exception=text, stage=stage)
+
+    for (path, a), (_, b) in zip(cpu, cpu2):
+        r = numerics.compare(a, b, rtol=0.0, atol=0.0, equal_nan=True)
+        if not r.passed:
+            explanation = (
+                f"Two CPU eager runs of the reference, with the RNG reset to seed {seed} before each, differ on "
+                f"{r.mismatched}/{r.total} elements of output {path or '<root>'} (greatest difference "
+                f"{_fmt(r.max_abs_diff)}), so a CPU comparison cannot tell an XLA bug from reference noise. Make "
+                f"the reference deterministic (seed every generator it uses, no state that changes between "
+                f"calls, torch.use_deterministic_algorithms(True)) and rerun."
+            )
+            return ParityReport(Verdict.NONDETERMINISTIC_REFERENCE, explanation, dtype_name, rtol, atol,
+                                nondeterminism=(path, r), stage="CPU eager")
+
+    if emulate:
+        emulated, exact, points, status = _emulate(xla, len(xla.outputs))
+    else:
+        emulated, exact, points, status = None, None, (), "unavailable: emulate=False"
+    if emulated is not None:
+        bad = [i for i, (e, (_, x)) in enumerate(zip(emulated, xla.outputs)) if tuple(e.shape) != tuple(x.shape)]
+        if bad:
+            emulated = exact = None
+            status = f"unavailable: the replayed output {bad[0]} does not have fn's shape"
+    outputs = []
+    for i, ((path, x), (_, c), (_, g)) in enumerate(zip(xla.outputs, cpu, golden)):
+        xe, ce = _golden_errors(x, g), _golden_errors(c, g)
+        emu = emu_err = unrounded = None
+        if emulated is not None:
+            emu = numerics.compare(x, emulated[i], rtol=0.0, atol=0.0, equal_nan=True, check_dtype=False)
+            emu_err = _golden_errors(emulated[i], g)[0]
+            unrounded = numerics.compare(exact[i], g, equal_nan=True, check_dtype=False)
+        outputs.append(OutputParity(
+            path, numerics.compare(x, c, equal_nan=True, check_dtype=False, **tol), xe[0], ce[0], xe[1], ce[1],
+            _closer(xe, ce), emu, emu_err, unrounded,
+        ))
+    hlo_math = "unavailable"
+    if status == "ok":
+        status = "matches" if all(o.emulated.passed for o in outputs) else "differs"
+        hlo_math = "same" if all(o.unrounded.passed for o in outputs) else "differs"
+    passed = all(o.xla_vs_cpu.passed for o in outputs)
+    explanation = _explain(outputs, status, hlo_math, points, dtype_name)
+    return ParityReport(
+        Verdict.PASS if passed else Verdict.FAIL, explanation, dtype_name, rtol, atol, outputs=tuple(outputs),
+        emulation=status, hlo_math=hlo_math, rounding_points=points, hlo_text=xla.hlo_text,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer stacks run with torch_xla's scan_layers
+# ---------------------------------------------------------------------------------------------
+
+
+def _stack_modules():
+    import torch
+
+    class ScannedStack(torch.nn.Module):
+        """The stack under test: torch_xla's scan_layers on XLA, a plain loop elsewhere."""
+
+        def __init__(self, layers: Sequence[Any]):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(layers)
+
+        def forward(self, x: Any) -> Any:
+            if x.device.type == "xla":
+                from torch_xla_ext._compat import scan as _scan
+
+                return _scan.scan_layers(list(self.layers), x)
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    class LoopStack(ScannedStack):
+        def forward(self, x: Any) -> Any:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    return ScannedStack, LoopStack
+
+
+def scan_layers(
+    layers: Sequence[Any],
+    x: Any,
+    *,
+    dtype: Any = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    reference_layers: Sequence[Any] | None = None,
+    seed: int = 0,
+) -> ParityReport:
+    """Checks ``torch_xla.experimental.scan_layers(layers, x)`` against a loop, per layer.
+
+    The final output goes through :func:`verify` (scan_layers on XLA vs a Python loop over
+    ``reference_layers``, default ``layers``, on CPU eager, fp64 golden, rounding-emulated
+    reference). Then every layer's output is compared: the scanned stack on XLA against the same
+    layers in a Python loop on XLA (exactly) and against CPU eager (with ``rtol``/``atol``).
+    ``first_divergent_layer`` is the first layer where either comparison fails, None when all
+    agree.
+
+    Example:
+        >>> layers = [torch.nn.Linear(16, 16) for _ in range(4)]
+        >>> r = scan_layers(layers, torch.randn(2, 16), dtype="fp32")  # doctest: +SKIP
+        >>> r.first_divergent_layer is None  # doctest: +SKIP
+        True
+    """
+    import torch
+
+    layers = list(layers)
+    if not layers or not all(isinstance(l, torch.nn.Module) for l in layers):
+        raise ParityError("layers: expected a non-empty sequence of nn.Module")
+    ref_layers = layers if reference_layers is None else list(reference_layers)
+    if len(ref_layers) != len(layers):
+        raise ParityError(f"reference_layers: has {len(ref_layers)} layers, layers has {len(layers)}")
+    if not isinstance(x, torch.Tensor):
+        raise ParityError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    ScannedStack, LoopStack = _stack_modules()
+    report = verify(ScannedStack(layers), (x,), dtype=dtype, rtol=rtol, atol=atol,
+                    reference=LoopStack(ref_layers), seed=seed)
+    if report.verdict in (Verdict.EXCEPTION, Verdict.NONDETERMINISTIC_REFERENCE):
+        return report
+    tdtype = _torch_dtype(dtype)
+    tol = {} if rtol is None else {"rtol": rtol, "atol": atol}
+    try:
+        scanned, looped = _xla_layer_outputs(layers, x, tdtype, seed)
+        cpu = _cpu_layer_outputs(ref_layers, x, tdtype, seed)
+        golden = _cpu_layer_outputs(ref_layers, x, torch.float64, seed, via=tdtype)
+    except Exception as e:
+        text, explanation = _describe_exception("per-layer", e)
+        return dataclasses.replace(report, verdict=Verdict.EXCEPTION, explanation=explanation, exception=text,
+                                   stage="per-layer")
+    per_layer = []
+    for k, (s, l, c, g) in enumerate(zip(scanned, looped, cpu, golden)):
+        per_layer.append(LayerParity(
+            k,
+            numerics.compare(s, l, rtol=0.0, atol=0.0, equal_nan=True, check_dtype=False),
+            numerics.compare(s, c, equal_nan=True, check_dtype=False, **tol),
+            _golden_errors(s, g)[0],
+            _golden_errors(c, g)[0],
+        ))
+    first = next((l.index for l in per_layer if l.diverges), None)
+    explanation = report.explanation + " " + _explain_layers(per_layer, first, report)
+    verdict = report.verdict if first is None or report.verdict == Verdict.FAIL else Verdict.FAIL
+    return dataclasses.replace(report, verdict=verdict, explanation=explanation, layers=tuple(per_layer),
+                               first_divergent_layer=first)
+
+
+def _explain_layers(per_layer: Sequence[LayerParity], first: int | None, report: ParityReport) -> str:
+    n = len(per_layer)
+    scan_loop = all(l.scan_vs_loop.passed for l in per_layer)
+    head = (f"Per layer, scan_layers and the Python loop agree bit for bit on XLA in all {n} layers"
+            if scan_loop else "Per layer, scan_layers and the Python loop on XLA disagree")
+    if first is None:
+        return f"{head}, and every layer matches CPU eager."
+    l = per_layer[first]
+    if not l.scan_vs_loop.passed:
+        return (f"{head}: the first difference is at layer {first} ({l.scan_vs_loop.mismatched}/"
+                f"{l.scan_vs_loop.total} elements), so the scan lowering itself changes that layer.")
+    rounding = report.emulation == "matches"
+    return (f"{head}; the first layer to diverge from CPU eager is layer {first} "
+            f"({l.xla_vs_cpu.mismatched}/{l.xla_vs_cpu.total} elements; error vs fp64: XLA {_fmt(l.xla_error)}, "
+            f"CPU {_fmt(l.cpu_error)})"
+            + (", consistent with the rounding placement above." if rounding else
+               "; start looking there.") )
+
+
+def _xla_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int) -> tuple[list[Any], list[Any]]:
+    import torch
+    import torch_xla
+
+    from torch_xla_ext._compat import scan as _scan
+
+    device = torch_xla.device()
+    torch.manual_seed(seed)
+    xla_layers = [_prepare(l, device, dtype) for l in layers]
+    h = _move(x, device, dtype)
+    with torch.no_grad():
+        _final, ys = _scan.scan_layers_with_intermediates(xla_layers, h)
+        looped = []
+        for layer in xla_layers:
+            h = layer(h)
+            looped.append(h)
+    torch_xla.sync()
+    return [ys[k].cpu() for k in range(len(layers))], [t.cpu() for t in looped]
+
+
+def _cpu_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int, via: Any = None) -> list[Any]:
+    import torch
+
+    torch.manual_seed(seed)
+    h = _move(_move(x, "cpu", via), "cpu", dtype)
+    out = []
+    with torch.no_grad():
+        for layer in layers:
+            if via is not None:
+                layer = _prepare(layer, "cpu", via)
+            h = _prepare(layer, "cpu", dtype)(h)
+            out.append(h.clone())
+    return out
+
+
+def assert_parity(fn: Any, inputs: Any, **kwargs: Any) -> ParityReport:
+    """:func:`verify` for pytest: raises AssertionError carrying the report unless it passes.
+
+    Example:
+        >>> assert_parity(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32")  # doctest: +SKIP
+    """
+    report = verify(fn, inputs, **kwargs)
+    if not report.passed:
+        raise AssertionError(str(report))
+    return report
+
+
+def scan_patched_linear_example(dtype: Any = "bf16", *, seed: int = 42, patch: bool = True):
+    """The pytorch/xla#8747 configuration: 4 x nn.Linear(128, 128) run with scan_layers on XLA
+    after ``apply_xla_patch_to_nn_linear`` (einsum lowering), input (3, 4, 5, 128).
+
+    Returns ``(layers, reference_layers, x)`` for :func:`scan_layers`: the patched layers under
+    test and plain ``nn.Linear`` layers with the same weights for CPU eager, as the upstream test
+    compares them. ``dtype`` is only checked here; pass it to scan_layers.
+    """
+    import torch
+
+    _torch_dtype(dtype)
+    torch.manual_seed(seed)
+    reference = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(4)])
+    x = torch.randn(3, 4, 5, 128)
+    layers = copy.deepcopy(reference)
+    if patch:
+        from torch_xla.distributed.spmd.xla_sharding import apply_xla_patch_to_nn_linear
+
+        layers = apply_xla_patch_to_nn_linear(layers)
+    return list(layers), list(reference), x
