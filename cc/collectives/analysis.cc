@@ -1,0 +1,250 @@
+#include "cc/collectives/analysis.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace txe::collectives {
+namespace {
+
+constexpr char kStablehloPrefix[] = "stablehlo.";
+
+struct Use {
+  int64_t op_index;  // -1: main's return
+  int64_t operand;
+};
+
+// Ops that only move or reshape a value: a scale constant may sit behind them.
+bool IsTransparent(const std::string& name) {
+  return name == "stablehlo.broadcast_in_dim" || name == "stablehlo.broadcast" ||
+         name == "stablehlo.reshape" || name == "stablehlo.convert";
+}
+
+}  // namespace
+
+const char* InputKindName(InputKind kind) {
+  switch (kind) {
+    case InputKind::kUserInput: return "user_input";
+    case InputKind::kParameter: return "parameter";
+    case InputKind::kBuffer: return "buffer";
+    case InputKind::kConstant: return "constant";
+    case InputKind::kCollectiveToken: return "collective_token";
+  }
+  return "unknown";
+}
+
+StatusOr<InputKind> InputKindFromName(const std::string& name) {
+  for (InputKind k : {InputKind::kUserInput, InputKind::kParameter, InputKind::kBuffer,
+                      InputKind::kConstant, InputKind::kCollectiveToken}) {
+    if (name == InputKindName(k)) return k;
+  }
+  return InvalidArgumentError("unknown input kind '" + name +
+                              "' (expected user_input, parameter, buffer, constant or "
+                              "collective_token)");
+}
+
+std::string CollectiveName(const std::string& op_name) {
+  static const char* const kCollectives[] = {"all_reduce",        "all_gather",
+                                             "reduce_scatter",    "all_to_all",
+                                             "collective_permute", "collective_broadcast"};
+  if (op_name.rfind(kStablehloPrefix, 0) != 0) return "";
+  std::string shortname = op_name.substr(sizeof(kStablehloPrefix) - 1);
+  for (const char* c : kCollectives) {
+    if (shortname == c) return shortname;
+  }
+  return "";
+}
+
+std::string ReduceName(const std::string& reduction_op) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"stablehlo.add", "sum"}, {"stablehlo.maximum", "max"}, {"stablehlo.minimum", "min"},
+      {"stablehlo.multiply", "mul"}, {"stablehlo.and", "and"}, {"stablehlo.or", "or"},
+      {"stablehlo.xor", "xor"}};
+  for (const auto& [op, name] : kNames) {
+    if (reduction_op == op) return name;
+  }
+  return reduction_op;
+}
+
+Status ValidateGraph(const Graph& graph) {
+  const int64_t n = static_cast<int64_t>(graph.values.size());
+  if (graph.num_args < 0 || graph.num_args > n) {
+    return InvalidArgumentError("graph: num_args " + std::to_string(graph.num_args) +
+                                " is outside [0, " + std::to_string(n) + "]");
+  }
+  std::vector<bool> defined(n, false);
+  for (int64_t i = 0; i < graph.num_args; ++i) defined[i] = true;
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Op& op = graph.ops[i];
+    const std::string where = "graph: op " + std::to_string(i) + " (" + op.name + ")";
+    for (int64_t v : op.operands) {
+      if (v < 0 || v >= n) return InvalidArgumentError(where + ": operand id " + std::to_string(v) + " out of range");
+      if (!defined[v]) return InvalidArgumentError(where + ": operand %" + std::to_string(v) + " used before its definition");
+    }
+    for (int64_t v : op.results) {
+      if (v < 0 || v >= n) return InvalidArgumentError(where + ": result id " + std::to_string(v) + " out of range");
+      if (defined[v]) return InvalidArgumentError(where + ": value %" + std::to_string(v) + " defined twice");
+      defined[v] = true;
+    }
+  }
+  for (int64_t v : graph.returned) {
+    if (v < 0 || v >= n || !defined[v]) {
+      return InvalidArgumentError("graph: return operand " + std::to_string(v) + " is not a defined value");
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>& declared) {
+  TXE_RETURN_IF_ERROR(ValidateGraph(graph));
+  if (static_cast<int64_t>(declared.size()) != graph.num_args) {
+    return InvalidArgumentError("declared inputs: " + std::to_string(declared.size()) +
+                                " entries for a main with " + std::to_string(graph.num_args) +
+                                " arguments");
+  }
+  const int64_t n = static_cast<int64_t>(graph.values.size());
+  const int64_t num_ops = static_cast<int64_t>(graph.ops.size());
+
+  // Def-use chains over main's top level.
+  std::vector<std::vector<Use>> uses(n);
+  std::vector<int64_t> def_op(n, -1), def_result(n, -1);
+  for (int64_t i = 0; i < num_ops; ++i) {
+    const Op& op = graph.ops[i];
+    for (size_t k = 0; k < op.operands.size(); ++k) uses[op.operands[k]].push_back({i, static_cast<int64_t>(k)});
+    for (size_t k = 0; k < op.results.size(); ++k) {
+      def_op[op.results[k]] = i;
+      def_result[op.results[k]] = static_cast<int64_t>(k);
+    }
+  }
+  for (size_t k = 0; k < graph.returned.size(); ++k) uses[graph.returned[k]].push_back({-1, static_cast<int64_t>(k)});
+
+  // Token positions, found backwards so a token's consumers are decided before its producer.
+  std::vector<std::vector<bool>> is_token(num_ops);
+  for (int64_t i = num_ops - 1; i >= 0; --i) {
+    const Op& op = graph.ops[i];
+    is_token[i].assign(op.operands.size(), false);
+    if (CollectiveName(op.name).empty()) continue;
+    const size_t paired = std::min(op.operands.size(), op.results.size());
+    for (size_t k = 0; k < paired; ++k) {
+      if (!graph.values[op.operands[k]].shape.empty()) continue;  // tokens are scalars
+      bool only_token_uses = true;
+      for (const Use& u : uses[op.results[k]]) {
+        if (u.op_index < 0 || !is_token[u.op_index][u.operand]) {
+          only_token_uses = false;
+          break;
+        }
+      }
+      // A collective whose every operand would be a "token" carries data: keep operand 0.
+      is_token[i][k] = only_token_uses;
+    }
+    if (std::all_of(is_token[i].begin(), is_token[i].end(), [](bool b) { return b; }) &&
+        !is_token[i].empty()) {
+      is_token[i][0] = false;
+    }
+  }
+
+  Analysis out;
+  out.input_kinds.reserve(graph.num_args);
+  for (const DeclaredInput& d : declared) out.input_kinds.push_back(d.kind);
+  out.input_used.assign(graph.num_args, false);
+  for (int64_t a = 0; a < graph.num_args; ++a) out.input_used[a] = !uses[a].empty();
+
+  // Follows a value back through token chains to the main argument it comes from.
+  auto token_source = [&](int64_t v) -> std::optional<int64_t> {
+    while (true) {
+      if (v < graph.num_args) return v;
+      const int64_t op = def_op[v];
+      const int64_t k = def_result[v];
+      if (op < 0 || CollectiveName(graph.ops[op].name).empty() ||
+          k >= static_cast<int64_t>(graph.ops[op].operands.size()) || !is_token[op][k]) {
+        return std::nullopt;  // made inside the program
+      }
+      v = graph.ops[op].operands[k];
+    }
+  };
+
+  // Scalar value of a value if it is a splat constant (or a declared scalar constant argument),
+  // seen through broadcasts, reshapes and converts.
+  auto constant_value = [&](int64_t v) -> std::optional<double> {
+    while (true) {
+      if (v < graph.num_args) {
+        if (declared[v].kind == InputKind::kConstant) return declared[v].scalar_value;
+        return std::nullopt;
+      }
+      const Op& op = graph.ops[def_op[v]];
+      if (op.name == "stablehlo.constant") return op.splat_value;
+      if (!IsTransparent(op.name) || op.operands.size() != 1) return std::nullopt;
+      v = op.operands[0];
+    }
+  };
+
+  std::set<int64_t> token_inputs;
+  std::vector<int64_t> visit_mark(n, -1);
+  for (int64_t i = 0; i < num_ops; ++i) {
+    const Op& op = graph.ops[i];
+    const std::string name = CollectiveName(op.name);
+    if (name.empty()) continue;
+    Collective c;
+    c.op_index = i;
+    c.op = name;
+    if (!op.reduction.empty()) c.reduce = ReduceName(op.reduction);
+    c.replica_groups = op.replica_groups;
+
+    std::vector<int64_t> stack;
+    for (size_t k = 0; k < op.operands.size(); ++k) {
+      if (is_token[i][k]) {
+        c.token_operands.push_back(static_cast<int64_t>(k));
+        std::optional<int64_t> src = token_source(op.operands[k]);
+        if (src && !c.token_input) c.token_input = src;
+        if (src) token_inputs.insert(*src);
+      } else {
+        stack.push_back(op.operands[k]);
+      }
+    }
+    // Arguments the data operands depend on (depth-first over defining ops).
+    std::set<int64_t> deps;
+    while (!stack.empty()) {
+      const int64_t v = stack.back();
+      stack.pop_back();
+      if (visit_mark[v] == i) continue;
+      visit_mark[v] = i;
+      if (v < graph.num_args) {
+        deps.insert(v);
+        continue;
+      }
+      const int64_t d = def_op[v];
+      if (d < 0) continue;
+      const Op& def = graph.ops[d];
+      for (size_t k = 0; k < def.operands.size(); ++k) {
+        if (!CollectiveName(def.name).empty() && is_token[d][k]) continue;
+        stack.push_back(def.operands[k]);
+      }
+    }
+    c.operand_inputs.assign(deps.begin(), deps.end());
+
+    // Scale: the first data result's only use is a multiply by a constant.
+    for (size_t k = 0; k < op.results.size(); ++k) {
+      if (k < is_token[i].size() && is_token[i][k]) continue;
+      const auto& result_uses = uses[op.results[k]];
+      if (result_uses.size() == 1 && result_uses[0].op_index >= 0) {
+        const Op& mul = graph.ops[result_uses[0].op_index];
+        if (mul.name == "stablehlo.multiply" && mul.operands.size() == 2) {
+          const int64_t other = mul.operands[1 - result_uses[0].operand];
+          if (std::optional<double> s = constant_value(other)) {
+            c.scale = *s;
+            c.scale_op_index = result_uses[0].op_index;
+          }
+        }
+      }
+      break;
+    }
+    out.collectives.push_back(std::move(c));
+  }
+  for (int64_t a : token_inputs) out.input_kinds[a] = InputKind::kCollectiveToken;
+  out.token_inputs.assign(token_inputs.begin(), token_inputs.end());
+  return out;
+}
+
+}  // namespace txe::collectives

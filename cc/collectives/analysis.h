@@ -1,0 +1,72 @@
+// Classifies `main`'s arguments and describes every collective, from the program's structure:
+//   - a collective token is a scalar operand k of a collective whose result k is unused, or used
+//     only as the token operand of later collectives (torch_xla threads one token through every
+//     all-reduce of a graph). Its value is never looked at.
+//   - a collective's scale is the constant its (only) data result is multiplied by, when that
+//     multiply is the result's only use; 1.0 otherwise.
+#ifndef TXE_CC_COLLECTIVES_ANALYSIS_H_
+#define TXE_CC_COLLECTIVES_ANALYSIS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cc/collectives/graph.h"
+#include "cc/common/status.h"
+
+namespace txe::collectives {
+
+// torch.export's input kinds, plus the collective token torch_xla adds.
+enum class InputKind : int {
+  kUserInput = 0,
+  kParameter = 1,
+  kBuffer = 2,
+  kConstant = 3,
+  kCollectiveToken = 4,
+};
+
+const char* InputKindName(InputKind kind);
+StatusOr<InputKind> InputKindFromName(const std::string& name);
+
+// What the exporter says an argument is (a token is declared as a constant by torch_xla).
+struct DeclaredInput {
+  InputKind kind = InputKind::kUserInput;
+  std::optional<double> scalar_value;  // for scalar constants: lets a scale come from an argument
+};
+
+struct Collective {
+  int64_t op_index = -1;  // into Graph::ops
+  std::string op;         // "all_reduce", "all_gather", "reduce_scatter", ...
+  std::string reduce;     // "sum", "max", "min", "mul", "and", "or", "xor"; empty if none
+  std::vector<std::vector<int64_t>> replica_groups;
+  std::vector<int64_t> token_operands;   // operand positions holding a token
+  std::optional<int64_t> token_input;    // the main argument the token comes from
+  std::vector<int64_t> operand_inputs;   // main arguments the data operands depend on, sorted
+  double scale = 1.0;
+  std::optional<int64_t> scale_op_index;  // the multiply that applies the scale
+};
+
+struct Analysis {
+  std::vector<InputKind> input_kinds;  // one per main argument
+  std::vector<bool> input_used;        // whether main uses the argument at all
+  std::vector<Collective> collectives; // program order
+  std::vector<int64_t> token_inputs;   // main arguments that are tokens, ascending
+};
+
+// Short name of a collective op ("stablehlo.all_reduce" -> "all_reduce"), or "" if `op_name`
+// is not a collective.
+std::string CollectiveName(const std::string& op_name);
+// "stablehlo.add" -> "sum", "stablehlo.maximum" -> "max", ...; the op name itself if unknown.
+std::string ReduceName(const std::string& reduction_op);
+
+// Checks that the graph is well formed (ids in range, each value defined once, defined before
+// use): InvalidArgument naming the op otherwise.
+Status ValidateGraph(const Graph& graph);
+
+// `declared` has one entry per main argument.
+StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>& declared);
+
+}  // namespace txe::collectives
+
+#endif  // TXE_CC_COLLECTIVES_ANALYSIS_H_

@@ -1,0 +1,251 @@
+"""export(): the manifest from the C++ analysis on real torch_xla exports, run() against torch_xla's
+own execution of the same export, save/load, torch_xla's save_as_stablehlo dirs, the all_reduce
+wrapper's scale and hook records, strip_tokens and inline_constants."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+from torch_xla import stablehlo as txla_stablehlo
+
+sys.path.insert(0, os.path.dirname(__file__))
+import models  # noqa: E402
+
+from torch_xla_ext import collectives, export  # noqa: E402
+from torch_xla_ext._compat import stablehlo as compat  # noqa: E402
+
+
+def _np(args):
+    return [a.numpy() for a in args]
+
+
+@pytest.fixture(scope="module")
+def two():
+    model, args = models.two_all_reduces()
+    return model, args, export.export(model, args)
+
+
+def test_manifest_of_two_all_reduces(two):
+    model, args, bundle = two
+    m = bundle.manifest
+    kinds = [(i.kind, i.name, i.position) for i in m.inputs]
+    # torch_xla's order: the token (device data), then state sorted by name, then user inputs.
+    assert sorted(kinds, key=str) == sorted([
+        ("collective_token", None, None),
+        ("parameter", "lin.weight", None), ("parameter", "lin.bias", None),
+        ("buffer", "offset", None),
+        ("constant", "k", None),
+        ("user_input", None, 0), ("user_input", None, 2),
+    ], key=str)
+    token = next(i for i in m.inputs if i.kind == "collective_token")
+    assert token.shape == [] and token.dtype == "float32" and token.value == 0.0 and token.file is None
+    const = next(i for i in m.inputs if i.kind == "constant")
+    assert const.value == 3.0 and const.shape == []
+    assert m.unused_inputs == [{"position": 1, "shape": [5], "dtype": "float32"}]
+    assert m.num_user_inputs == 3
+    assert [(c.op, c.reduce, c.scale, c.requested_scale) for c in m.collectives] == [
+        ("all_reduce", "sum", 0.5, 0.5), ("all_reduce", "max", 1.0, 1.0)]
+    for c in m.collectives:
+        assert c.token_input == token.index  # one token threaded through both
+        assert c.replica_groups == []
+        assert c.lowering in ("all_reduce", "all_reduce+multiply")
+    by_index = {i.index: i for i in m.inputs}
+    first = {(by_index[k].kind, by_index[k].name) for k in m.collectives[0].operand_inputs}
+    assert first == {("parameter", "lin.weight"), ("parameter", "lin.bias"), ("buffer", "offset"), ("user_input", None)}
+    second = {by_index[k].kind for k in m.collectives[1].operand_inputs}
+    assert "constant" in second and "collective_token" not in second
+    d = json.loads(m.to_json())
+    assert d["format_version"] == export.FORMAT_VERSION
+    assert export.Manifest.from_dict(d) == m
+
+
+def test_token_found_by_structure_not_value(two):
+    """A token with a nonzero value is still a token; a lifted scalar 0.0 that feeds arithmetic is not."""
+    _, _, bundle = two
+    tx = bundle.torch_xla_export
+    tok_pos = next(loc.position for loc in tx.input_locations if loc.type == "constant")
+    tx.additional_constants[tok_pos] = np.float32(7.0)
+    try:
+        b = export._bundle_from_torch_xla(tx, {"offset": "buffer", "k": "constant"}, 3, [])
+    finally:
+        tx.additional_constants[tok_pos] = np.float32(0.0)
+    assert [i.kind for i in b.manifest.inputs].count("collective_token") == 1
+    assert next(i for i in b.manifest.inputs if i.kind == "collective_token").value == 7.0
+
+    class ZeroConst(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.z = torch.tensor(0.0)
+
+        def forward(self, x):
+            return x + self.z
+
+    b = export.export(ZeroConst(), (torch.randn(3),))
+    assert [i.kind for i in b.manifest.inputs] == ["constant", "user_input"]
+    assert b.manifest.collectives == []
+
+
+def test_run_equals_torch_xla_execution(two):
+    """Bit-equal: the same StableHLO module compiled by the XLA CPU compiler in torch_xla and in
+    jaxlib, on the same inputs (elementwise ops, a 4x4 dot and single-replica reduces round the
+    same way in both)."""
+    model, args, bundle = two
+    ours = export.run(bundle, *_np(args))
+    theirs = compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, *args)
+    assert len(ours) == len(theirs) == 1
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    # and close to eager CPU PyTorch (a different compiler: tanh and the dot may differ by ulps)
+    x, _, y = args
+    with torch.no_grad():
+        eager = torch.tanh((model.lin(x) + model.offset) * 0.5 * model.k) + y  # world size 1
+    np.testing.assert_allclose(ours[0], eager.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("factory,scale", [("one_all_reduce", 1.0), ("one_all_reduce_half", 0.5)])
+def test_one_all_reduce_scales(factory, scale):
+    model, args = getattr(models, factory)()
+    bundle = export.export(model, args)
+    kinds = sorted(i.kind for i in bundle.manifest.inputs)
+    assert kinds == ["collective_token", "parameter", "parameter", "user_input"]
+    (c,) = bundle.manifest.collectives
+    assert (c.op, c.reduce, c.scale, c.requested_scale) == ("all_reduce", "sum", scale, scale)
+    ours = export.run(bundle, *_np(args))[0]
+    np.testing.assert_array_equal(ours, compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, *args)[0])
+    np.testing.assert_allclose(ours, (model.lin(args[0]) * scale).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_wrapper_applies_scale_at_world_size_1_where_xm_drops_it(monkeypatch):
+    device = torch_xla.device()
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    start = collectives.next_sequence()
+    ours = collectives.all_reduce("sum", x.to(device), scale=0.25).cpu()
+    theirs = xm.all_reduce(xm.REDUCE_SUM, x.to(device), scale=0.25).cpu()
+    assert torch_xla.runtime.world_size() == 1
+    torch.testing.assert_close(ours, x * 0.25, rtol=0, atol=0)
+    torch.testing.assert_close(theirs, x, rtol=0, atol=0)  # pytorch/xla#9670: scale dropped
+    (call,) = collectives.recorded_calls(start)
+    assert call["requested_scale"] == call["applied_scale"] == 0.25
+    assert call["world_size"] == 1 and call["reduce"] == "sum" and call["lowering"] == "all_reduce+multiply"
+
+    # xm.all_reduce with scale != 1 does not export even when forced to lower at world size 1.
+    class Xm(torch.nn.Module):
+        def forward(self, t):
+            return xm.all_reduce(xm.REDUCE_SUM, t, scale=0.5)
+
+    monkeypatch.setenv("XLA_ALWAYS_ALLREDUCE", "1")
+    with pytest.raises(RuntimeError, match="Expected XLA tensor"):
+        torch.export.export(Xm(), (x,))
+    monkeypatch.delenv("XLA_ALWAYS_ALLREDUCE")
+    # ...and without forcing, the all-reduce vanishes from the export (a clone), scale and all.
+    b = export.export(Xm(), (x,))
+    assert b.manifest.collectives == []
+
+
+def test_wrapper_argument_errors():
+    x = torch.ones(3)
+    with pytest.raises(collectives.CollectiveArgumentError, match="reduce_type"):
+        collectives.all_reduce("avg", x)
+    with pytest.raises(collectives.CollectiveArgumentError, match="scale"):
+        collectives.all_reduce("sum", torch.ones(3, dtype=torch.int32), scale=0.5)
+    with pytest.raises(TypeError, match="tensor"):
+        collectives.all_reduce("sum", [1.0])
+    with pytest.raises(collectives.CollectiveArgumentError, match="groups"):
+        collectives.all_reduce("sum", x, groups=[[0, 0]])
+
+
+def test_xm_all_reduce_export_has_no_requested_scale(monkeypatch):
+    """xm.all_reduce does not call the hook: the manifest shows the applied scale only."""
+    monkeypatch.setenv("XLA_ALWAYS_ALLREDUCE", "1")
+
+    class Xm(torch.nn.Module):
+        def forward(self, t):
+            return xm.all_reduce(xm.REDUCE_MAX, t * 2)
+
+    b = export.export(Xm(), (torch.randn(3),))
+    (c,) = b.manifest.collectives
+    assert (c.reduce, c.scale, c.requested_scale, c.token_input) == ("max", 1.0, None, 0)
+    assert b.manifest.inputs[0].kind == "collective_token"
+
+
+def test_save_load_round_trip(two, tmp_path):
+    model, args, bundle = two
+    bundle.save(tmp_path)
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert "manifest.json" in files and "module.mlir" in files
+    assert all(f.endswith(".npy") for f in files if f not in ("manifest.json", "module.mlir"))
+    loaded = export.load(tmp_path)
+    assert loaded.manifest == bundle.manifest
+    assert loaded.arrays.keys() == bundle.arrays.keys()
+    for k in bundle.arrays:
+        np.testing.assert_array_equal(loaded.arrays[k], bundle.arrays[k])
+    np.testing.assert_array_equal(export.run(str(tmp_path), *_np(args))[0], export.run(bundle, *_np(args))[0])
+
+
+def test_load_torch_xla_save_as_stablehlo_dir(two, tmp_path):
+    model, args, bundle = two
+    ep = torch.export.export(model, args)
+    txla_stablehlo.save_as_stablehlo(ep, str(tmp_path))
+    loaded = export.load(tmp_path)
+    # torch_xla's directory does not say parameter vs buffer vs lifted constant: all "parameter".
+    got = [(i.kind, i.name) for i in loaded.manifest.inputs]
+    want = [(i.kind if i.kind in ("user_input", "collective_token") else "parameter", i.name)
+            for i in bundle.manifest.inputs]
+    assert got == want
+    assert [(c.reduce, c.scale) for c in loaded.manifest.collectives] == [("sum", 0.5), ("max", 1.0)]
+    np.testing.assert_array_equal(export.run(loaded, *_np(args))[0], export.run(bundle, *_np(args))[0])
+
+    # Without the .mlir text, the VHLO portable artifact (functions/forward.bytecode) is read.
+    os.remove(tmp_path / "functions" / "forward.mlir")
+    from_bytecode = export.load(tmp_path)
+    assert [i.kind for i in from_bytecode.manifest.inputs] == [i.kind for i in loaded.manifest.inputs]
+    np.testing.assert_array_equal(export.run(from_bytecode, *_np(args))[0], export.run(bundle, *_np(args))[0])
+
+
+def test_strip_tokens_and_inline_constants_run_equal(two, tmp_path):
+    model, args, bundle = two
+    want = export.run(bundle, *_np(args))[0]
+    stripped = export.strip_tokens(bundle)
+    assert "collective_token" not in [i.kind for i in stripped.manifest.inputs]
+    assert len(stripped.manifest.inputs) == len(bundle.manifest.inputs) - 1
+    assert [c.token_input for c in stripped.manifest.collectives] == [None, None]
+    np.testing.assert_array_equal(export.run(stripped, *_np(args))[0], want)
+
+    consts = export.inline_constants(stripped)
+    assert sorted(i.kind for i in consts.manifest.inputs) == ["buffer", "parameter", "parameter", "user_input", "user_input"]
+    np.testing.assert_array_equal(export.run(consts, *_np(args))[0], want)
+
+    everything = export.inline_constants(consts, weights=True)
+    assert [i.kind for i in everything.manifest.inputs] == ["user_input", "user_input"]
+    assert everything.arrays == {}
+    assert everything.manifest.transforms == ["strip_tokens", "inline_constants", "inline_constants(weights=True)"]
+    np.testing.assert_array_equal(export.run(everything, *_np(args))[0], want)
+    # a transformed bundle saves and loads like any other
+    everything.save(tmp_path)
+    np.testing.assert_array_equal(export.run(str(tmp_path), *_np(args))[0], want)
+
+    # inline weights without stripping: the token stays an argument
+    w = export.inline_constants(bundle, weights=True)
+    assert sorted(i.kind for i in w.manifest.inputs) == ["collective_token", "user_input", "user_input"]
+    np.testing.assert_array_equal(export.run(w, *_np(args))[0], want)
+
+
+def test_run_input_errors(two):
+    _, args, bundle = two
+    with pytest.raises(export.RunInputError, match="expected 3 user inputs"):
+        export.run(bundle, *_np(args)[:2])
+    bad = _np(args)
+    bad[2] = bad[2].astype(np.float64)
+    with pytest.raises(export.RunInputError, match=r"user_inputs\[2\]: expected float32\[2, 4\], got float64"):
+        export.run(bundle, *bad)
+    with pytest.raises(ValueError, match="num_replicas"):
+        export.run(bundle, *_np(args), num_replicas=0)
+
+
+def test_export_argument_errors():
+    with pytest.raises(TypeError, match="args"):
+        export.export(torch.nn.Linear(2, 2), torch.randn(2))

@@ -1,0 +1,187 @@
+"""The one place that knows torch_xla's StableHLO export internals (torch_xla.stablehlo) and its
+collective entry points (torch_xla.core.xla_model / _XLAC), for torch_xla 2.9.
+
+Everything else in torch_xla_ext works from the plain data returned here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class InputLocation:
+    """One `main` argument as torch_xla's StableHLOFunctionMeta.input_locations describes it."""
+
+    type: str  # "parameter" | "constant" | "input_arg" (torch_xla's VariableType values)
+    position: int
+    name: str
+
+
+@dataclasses.dataclass
+class TorchXlaExport:
+    """What torch_xla's exporter produced, as plain data."""
+
+    text: str
+    input_locations: list[InputLocation]
+    input_signature: list[tuple[list[int], str]]  # (shape, torch dtype name) per main argument
+    output_signature: list[tuple[list[int], str]]
+    unused_inputs: list[tuple[int, list[int], str]]  # (position, shape, dtype) of dropped user inputs
+    state_dict: dict[str, np.ndarray]
+    additional_constants: list[np.ndarray]
+    bytecode: bytes | None = None
+
+
+def _from_meta(meta: Any, text: str, state_dict, constants, bytecode=None) -> TorchXlaExport:
+    """Reads a StableHLOFunctionMeta (object, or the dict its JSON form loads to)."""
+
+    def get(obj, key):
+        return obj[key] if isinstance(obj, dict) else getattr(obj, key)
+
+    def vtype(t):
+        return t if isinstance(t, str) else t.value
+
+    locations = [
+        InputLocation(vtype(get(loc, "type_")), int(get(loc, "position")), str(get(loc, "name")))
+        for loc in get(meta, "input_locations")
+    ]
+    sig = lambda vs: [(list(get(v, "shape")), str(get(v, "dtype"))) for v in vs]  # noqa: E731
+    unused = []
+    for loc, v in get(meta, "unused_inputs") or []:
+        unused.append((int(get(loc, "position")), list(get(v, "shape")), str(get(v, "dtype"))))
+    return TorchXlaExport(
+        text=text,
+        input_locations=locations,
+        input_signature=sig(get(meta, "input_signature")),
+        output_signature=sig(get(meta, "output_signature")),
+        unused_inputs=unused,
+        state_dict=state_dict,
+        additional_constants=constants,
+        bytecode=bytecode,
+    )
+
+
+def export_program(exported_program: Any) -> TorchXlaExport:
+    """torch_xla.stablehlo.exported_program_to_stablehlo on a torch.export ExportedProgram."""
+    from torch_xla import stablehlo as shlo
+
+    gm = shlo.exported_program_to_stablehlo(exported_program, shlo.StableHLOExportOptions())
+    bundle = gm._bundle
+    if len(bundle.stablehlo_funcs) != 1:
+        raise NotImplementedError(f"torch_xla produced {len(bundle.stablehlo_funcs)} functions; expected 1")
+    func = bundle.stablehlo_funcs[0]
+    text = func.text if func.text is not None else gm.get_stablehlo_text()
+    state = {k: np.asarray(v) for k, v in bundle.state_dict.items()}
+    consts = [np.asarray(c) for c in bundle.additional_constants]
+    out = _from_meta(func.meta, text, state, consts, bytes(func.bytecode))
+    out.graph_module = gm  # kept for running torch_xla's own execution in tests/bench
+    return out
+
+
+def run_with_torch_xla(graph_module: Any, *args: Any) -> list[np.ndarray]:
+    """Runs an export with torch_xla itself (StableHLOGraphModule.__call__, i.e. _XLAC._run_stablehlo)."""
+    import torch
+    import torch_xla
+
+    device = torch_xla.device()
+    res = graph_module(*[torch.as_tensor(a).to(device) for a in args])
+    if isinstance(res, torch.Tensor):
+        res = [res]
+    return [r.cpu().numpy() for r in res]
+
+
+def is_saved_dir(path: str) -> bool:
+    """Whether `path` looks like torch_xla's save_as_stablehlo output (a functions/ folder)."""
+    return os.path.isdir(os.path.join(path, "functions"))
+
+
+def read_saved_dir(path: str, load_npy) -> TorchXlaExport:
+    """Reads a save_as_stablehlo directory without importing torch or unpickling anything.
+
+    Layout (torch_xla/stablehlo.py, _save_program_bundle): functions/<name>.meta (JSON),
+    functions/<name>.bytecode (VHLO portable artifact), functions/<name>.mlir (text, optional),
+    data/<state_dict key> and constants/<i> (np.save'd, no extension). `load_npy(path, field)` reads
+    one array and raises a typed error naming the file.
+    """
+    fdir = os.path.join(path, "functions")
+    metas = sorted(n for n in os.listdir(fdir) if n.endswith(".meta"))
+    if not metas:
+        raise FileNotFoundError(f"{fdir}: no <name>.meta file")
+    name = "forward" if "forward.meta" in metas else metas[0][: -len(".meta")]
+    meta_path = os.path.join(fdir, name + ".meta")
+    with open(meta_path) as f:
+        try:
+            meta = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{meta_path}: not JSON ({e})") from None
+    text = None
+    bytecode = None
+    if os.path.exists(os.path.join(fdir, name + ".mlir")):
+        with open(os.path.join(fdir, name + ".mlir")) as f:
+            text = f.read()
+    bc_path = os.path.join(fdir, name + ".bytecode")
+    if os.path.exists(bc_path):
+        with open(bc_path, "rb") as f:
+            bytecode = f.read()
+    if text is None:
+        if bytecode is None:
+            raise FileNotFoundError(f"{fdir}: neither {name}.mlir nor {name}.bytecode")
+        text = _portable_artifact_to_text(bytecode, bc_path)
+    state: dict[str, np.ndarray] = {}
+    ddir = os.path.join(path, "data")
+    if os.path.isdir(ddir):
+        for key in sorted(os.listdir(ddir)):
+            state[key] = load_npy(os.path.join(ddir, key), f"data/{key}")
+    consts = []
+    cdir = os.path.join(path, "constants")
+    if os.path.isdir(cdir):
+        keys = sorted(os.listdir(cdir), key=lambda k: int(k) if k.isdigit() else -1)
+        for key in keys:
+            if not key.isdigit():
+                raise ValueError(f"{os.path.join(cdir, key)}: constant files are named by index")
+            consts.append(load_npy(os.path.join(cdir, key), f"constants/{key}"))
+    return _from_meta(meta, text, state, consts, bytecode)
+
+
+def _portable_artifact_to_text(data: bytes, path: str) -> str:
+    from jax._src.interpreters import mlir as jmlir
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import hlo
+
+    with jmlir.make_ir_context():
+        try:
+            module = hlo.deserialize_portable_artifact(ir.Context.current, data)
+        except Exception as e:  # noqa: BLE001 - the MLIR error type is not public
+            raise ValueError(f"{path}: not a StableHLO portable artifact ({e})") from None
+        return str(module)
+
+
+# --- collectives -------------------------------------------------------------------------------
+
+REDUCE_TYPES = ("sum", "mul", "and", "or", "min", "max")  # xm.REDUCE_* values
+
+
+def world_size() -> int:
+    from torch_xla import runtime
+
+    return int(runtime.world_size())
+
+
+def c10d_all_reduce(tensor: Any, reduce_type: str) -> Any:
+    """The traceable all-reduce over all replicas that xm.all_reduce uses for scale == 1.0 and
+    no groups: torch.ops._c10d_functional.all_reduce with the default group ("")."""
+    import torch
+
+    return torch.ops._c10d_functional.all_reduce(tensor, reduce_type, "")
+
+
+def xla_all_reduce(reduce_type: str, tensor: Any, scale: float, groups: list[list[int]]) -> Any:
+    """torch_xla's own lowering with scale and replica groups (not traceable by torch.export)."""
+    import torch_xla
+
+    return torch_xla._XLAC._xla_all_reduce(reduce_type, tensor, scale, groups, True)

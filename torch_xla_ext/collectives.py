@@ -1,0 +1,111 @@
+"""A drop-in for ``xm.all_reduce`` on one tensor that exports for every scale, applies the scale
+at world size 1 too, and records every call through the C++ hook API (cc/collectives/hooks.h) —
+the call a torch_xla fork makes from its own all-reduce lowering.
+
+Example:
+    >>> from torch_xla_ext import collectives
+    >>> y = collectives.all_reduce("sum", grad, scale=1.0 / world)   # traced by torch.export too
+    >>> collectives.recorded_calls()[-1]["requested_scale"]
+
+torch_xla 2.9's ``xm.all_reduce`` returns a clone and drops ``scale`` at world size 1, and with
+scale != 1 takes ``_XLAC._xla_all_reduce``, which torch.export cannot trace. Here the reduce is
+always ``_c10d_functional.all_reduce`` over all replicas and the scale is a multiply after it,
+which is exactly what torch_xla's own lowering emits for a scale.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from torch_xla_ext._compat import stablehlo as _shlo
+from torch_xla_ext._ext import collectives as _core
+from torch_xla_ext.errors import TorchXlaExtError
+
+__all__ = ["all_reduce", "recorded_calls", "record_all_reduce", "clear_recorded_calls", "next_sequence"]
+
+REDUCE_TYPES = _shlo.REDUCE_TYPES
+
+
+class CollectiveArgumentError(TorchXlaExtError, ValueError):
+    """A bad reduce type, scale or replica groups."""
+
+
+def _normalise_groups(groups: Sequence[Sequence[int]] | None, world: int) -> list[list[int]]:
+    if groups is None:
+        return []
+    out = []
+    for g, group in enumerate(groups):
+        try:
+            out.append([int(r) for r in group])
+        except (TypeError, ValueError):
+            raise CollectiveArgumentError(f"groups[{g}]: expected a list of replica ids, got {group!r}") from None
+    seen = sorted(r for g in out for r in g)
+    if len(set(seen)) != len(seen):
+        raise CollectiveArgumentError(f"groups: a replica appears twice in {out}")
+    return out
+
+
+def all_reduce(reduce_type: str, tensor: Any, *, scale: float = 1.0,
+               groups: Sequence[Sequence[int]] | None = None) -> Any:
+    """Reduces `tensor` over the replicas, then multiplies by `scale` (at every world size).
+
+    With `groups` other than None or one group of every replica, this uses torch_xla's own
+    grouped lowering (runs eagerly, does not export, as in torch_xla 2.9).
+
+    Example:
+        >>> y = all_reduce("sum", x, scale=0.5)   # exports as all_reduce then multiply by 0.5
+    """
+    import torch
+
+    if reduce_type not in REDUCE_TYPES:
+        raise CollectiveArgumentError(f"reduce_type: '{reduce_type}' is not one of {', '.join(REDUCE_TYPES)}")
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise CollectiveArgumentError(f"scale: must be finite, got {scale}")
+    if scale != 1.0 and not tensor.is_floating_point():
+        raise CollectiveArgumentError(f"scale: {scale} on a {tensor.dtype} tensor (scale needs a floating tensor)")
+    world = _shlo.world_size()
+    group_list = _normalise_groups(groups, world)
+    if group_list and group_list != [list(range(world))]:
+        result = _shlo.xla_all_reduce(reduce_type, tensor, scale, group_list)
+        lowering = "xla_all_reduce(groups, scale)"
+    else:
+        group_list = []
+        result = _shlo.c10d_all_reduce(tensor, reduce_type)
+        lowering = "all_reduce"
+        if scale != 1.0:
+            result = result * scale
+            lowering = "all_reduce+multiply"
+    _core.record_all_reduce(reduce_type, scale, scale, group_list, world, lowering)
+    return result
+
+
+def record_all_reduce(reduce: str, requested_scale: float, applied_scale: float,
+                      replica_groups: Sequence[Sequence[int]] = (), world_size: int = 1,
+                      lowering: str = "") -> int:
+    """Records one all-reduce as a lowering would (see cc/collectives/hooks.h); returns its
+    sequence number. For Python-side lowerings; a C++ lowering calls RecordAllReduce directly.
+
+    Example: ``record_all_reduce("sum", 0.5, 1.0, lowering="clone")`` records a dropped scale.
+    """
+    return _core.record_all_reduce(reduce, float(requested_scale), float(applied_scale),
+                                   [list(g) for g in replica_groups], int(world_size), lowering)
+
+
+def next_sequence() -> int:
+    """The sequence number the next recorded call will get."""
+    return _core.next_all_reduce_sequence()
+
+
+def recorded_calls(since: int = 0) -> list[dict[str, Any]]:
+    """Recorded all-reduce calls with sequence >= `since`, oldest first (dicts with sequence,
+    reduce, requested_scale, applied_scale, replica_groups, world_size, lowering)."""
+    return _core.recorded_all_reduces_since(since)
+
+
+def clear_recorded_calls() -> None:
+    """Empties the log (sequence numbers keep increasing)."""
+    _core.clear_recorded_all_reduces()

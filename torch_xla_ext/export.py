@@ -1,0 +1,736 @@
+"""StableHLO export with a typed calling convention: what every `main` argument is (user input,
+parameter, buffer, constant, collective token), what every collective does (reduce, groups,
+token, scale), a bundle format that loads without pickle, and a runner that needs no torch.
+
+Example:
+    >>> from torch_xla_ext import export
+    >>> bundle = export.export(model, (x,))            # torch.export + torch_xla's exporter
+    >>> [i.kind for i in bundle.manifest.inputs]
+    ['collective_token', 'parameter', 'parameter', 'user_input']
+    >>> bundle.save("/tmp/m"); outs = export.run("/tmp/m", x.numpy())
+
+The classification runs in C++ (cc/collectives/analysis.h) over `main`'s value graph, built here
+from the module parsed with JAX's MLIR bindings. A token is found by structure: a scalar operand
+of a collective whose matching result is unused (or only feeds later collectives' tokens).
+`run`, `load`, `strip_tokens` and `inline_constants` import JAX only, never torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from typing import Any, Sequence
+
+import numpy as np
+
+from torch_xla_ext._ext import collectives as _core
+from torch_xla_ext.errors import TorchXlaExtError
+
+__all__ = [
+    "Bundle", "BundleError", "Collective", "ExportOptions", "Input", "Manifest", "FORMAT_VERSION",
+    "export", "load", "run", "strip_tokens", "inline_constants",
+]
+
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+MODULE_FILE = "module.mlir"
+INPUT_KINDS = ("user_input", "parameter", "buffer", "constant", "collective_token")
+
+# MLIR element type <-> numpy dtype name (bfloat16 through ml_dtypes).
+_ELEMENT_TYPES = {
+    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
+    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool",
+    "ui64": "uint64", "ui32": "uint32", "ui16": "uint16", "ui8": "uint8",
+}
+_MLIR_TYPES = {v: k for k, v in _ELEMENT_TYPES.items()}
+
+
+class BundleError(TorchXlaExtError, ValueError):
+    """A bundle that is malformed or does not match its module; names the file and field."""
+
+
+class BundleFileNotFoundError(TorchXlaExtError, FileNotFoundError):
+    """A file the manifest refers to (or the manifest itself) is missing."""
+
+
+class RunInputError(TorchXlaExtError, ValueError):
+    """User inputs that do not match the manifest (count, shape, dtype)."""
+
+
+# --- manifest ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Input:
+    """One argument of `main`, in order."""
+
+    index: int
+    kind: str
+    shape: list[int]
+    dtype: str
+    position: int | None = None  # user inputs: index into the flattened (args, kwargs)
+    name: str | None = None      # parameters, buffers, named (lifted) constants
+    value: float | None = None   # scalar constants and tokens
+    file: str | None = None      # bundle-relative .npy holding the value (not for tokens)
+
+
+@dataclasses.dataclass
+class Collective:
+    """One collective op of `main`, in program order."""
+
+    op: str
+    reduce: str | None
+    replica_groups: list[list[int]]
+    token_input: int | None
+    operand_inputs: list[int]
+    scale: float                        # applied: the constant multiplied into the result
+    requested_scale: float | None = None  # what the caller asked for, if the hook recorded it
+    lowering: str | None = None           # what the recording lowering says it emitted
+
+
+@dataclasses.dataclass
+class Manifest:
+    inputs: list[Input]
+    collectives: list[Collective]
+    outputs: list[dict[str, Any]]           # {"shape", "dtype"} per result of main
+    unused_inputs: list[dict[str, Any]]     # user inputs torch_xla dropped: {"position", "shape", "dtype"}
+    num_user_inputs: int
+    transforms: list[str] = dataclasses.field(default_factory=list)
+    format_version: int = FORMAT_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = MANIFEST_FILE) -> "Manifest":
+        def need(obj, key, types, field):
+            if not isinstance(obj, dict) or key not in obj:
+                raise BundleError(f"{where}: missing field '{field}'")
+            if not isinstance(obj[key], types):
+                raise BundleError(f"{where}: field '{field}' has type {type(obj[key]).__name__}")
+            return obj[key]
+
+        version = need(d, "format_version", int, "format_version")
+        if version != FORMAT_VERSION:
+            raise BundleError(f"{where}: format_version {version} is not supported (expected {FORMAT_VERSION})")
+        inputs = []
+        for i, raw in enumerate(need(d, "inputs", list, "inputs")):
+            f = f"inputs[{i}]"
+            kind = need(raw, "kind", str, f + ".kind")
+            if kind not in INPUT_KINDS:
+                raise BundleError(f"{where}: field '{f}.kind' is unknown kind '{kind}' (expected one of {', '.join(INPUT_KINDS)})")
+            index = need(raw, "index", int, f + ".index")
+            if index != i:
+                raise BundleError(f"{where}: field '{f}.index' is {index}, expected {i}")
+            shape = need(raw, "shape", list, f + ".shape")
+            dtype = need(raw, "dtype", str, f + ".dtype")
+            if dtype not in _MLIR_TYPES:
+                raise BundleError(f"{where}: field '{f}.dtype' is unknown dtype '{dtype}'")
+            inp = Input(index, kind, [int(s) for s in shape], dtype, raw.get("position"), raw.get("name"),
+                        raw.get("value"), raw.get("file"))
+            if kind == "user_input" and not isinstance(inp.position, int):
+                raise BundleError(f"{where}: field '{f}.position' is required for a user_input")
+            if kind in ("parameter", "buffer", "constant") and not isinstance(inp.file, str):
+                raise BundleError(f"{where}: field '{f}.file' is required for a {kind}")
+            if kind == "collective_token" and not isinstance(inp.value, (int, float)):
+                raise BundleError(f"{where}: field '{f}.value' is required for a collective_token")
+            inputs.append(inp)
+        colls = []
+        for i, raw in enumerate(need(d, "collectives", list, "collectives")):
+            f = f"collectives[{i}]"
+            try:
+                colls.append(Collective(
+                    op=need(raw, "op", str, f + ".op"), reduce=raw.get("reduce"),
+                    replica_groups=need(raw, "replica_groups", list, f + ".replica_groups"),
+                    token_input=raw.get("token_input"),
+                    operand_inputs=need(raw, "operand_inputs", list, f + ".operand_inputs"),
+                    scale=float(need(raw, "scale", (int, float), f + ".scale")),
+                    requested_scale=raw.get("requested_scale"), lowering=raw.get("lowering")))
+            except TypeError as e:
+                raise BundleError(f"{where}: field '{f}': {e}") from None
+            ti = colls[-1].token_input
+            if ti is not None and not (isinstance(ti, int) and 0 <= ti < len(inputs)):
+                raise BundleError(f"{where}: field '{f}.token_input' {ti} is not an input index")
+        return cls(
+            inputs=inputs, collectives=colls,
+            outputs=need(d, "outputs", list, "outputs"),
+            unused_inputs=need(d, "unused_inputs", list, "unused_inputs"),
+            num_user_inputs=need(d, "num_user_inputs", int, "num_user_inputs"),
+            transforms=list(d.get("transforms", [])), format_version=version)
+
+    def table(self) -> str:
+        """The manifest as two plain-text tables (inputs, collectives)."""
+        rows = [("#", "kind", "shape", "dtype", "position/name/value")]
+        for i in self.inputs:
+            what = (f"position {i.position}" if i.kind == "user_input" else
+                    f"value {i.value!r}" if i.value is not None and i.name is None else (i.name or i.file or ""))
+            rows.append((str(i.index), i.kind, "x".join(map(str, i.shape)) or "scalar", i.dtype, what))
+        for u in self.unused_inputs:
+            rows.append(("-", "unused user_input", "x".join(map(str, u["shape"])) or "scalar", u["dtype"],
+                         f"position {u['position']} (not an argument of main)"))
+        out = [_format_table(rows)]
+        if self.collectives:
+            crow = [("#", "op", "reduce", "replica_groups", "token_input", "operand_inputs", "scale", "requested")]
+            for k, c in enumerate(self.collectives):
+                crow.append((str(k), c.op, c.reduce or "-", str(c.replica_groups or "all"),
+                             "-" if c.token_input is None else str(c.token_input),
+                             ",".join(map(str, c.operand_inputs)), f"{c.scale:g}",
+                             "-" if c.requested_scale is None else f"{c.requested_scale:g}"))
+            out.append(_format_table(crow))
+        else:
+            out.append("(no collectives)")
+        if self.transforms:
+            out.append("transforms: " + ", ".join(self.transforms))
+        return "\n\n".join(out)
+
+
+def _format_table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# --- bundle ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Bundle:
+    """A StableHLO module, the arrays its non-user arguments take (keyed by the manifest's
+    `file` field) and the manifest describing `main`'s calling convention."""
+
+    module_text: str
+    manifest: Manifest
+    arrays: dict[str, np.ndarray]
+    torch_xla_export: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def weights(self) -> dict[str, np.ndarray]:
+        return {i.name: self.arrays[i.file] for i in self.manifest.inputs
+                if i.kind in ("parameter", "buffer") and i.file in self.arrays}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes manifest.json, module.mlir and one .npy per array under `path`.
+
+        Example: ``bundle.save("/tmp/exported")``.
+        """
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        for key, arr in self.arrays.items():
+            dest = os.path.join(path, key)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            np.save(dest, np.asarray(arr), allow_pickle=False)
+        with open(os.path.join(path, MODULE_FILE), "w") as f:
+            f.write(self.module_text)
+        with open(os.path.join(path, MANIFEST_FILE), "w") as f:
+            f.write(self.manifest.to_json(indent=2))
+
+
+@dataclasses.dataclass
+class ExportOptions:
+    """Options of :func:`export`. `strict` is torch.export's."""
+
+    strict: bool = False
+
+
+def _array_key(kind: str, name: str | None, index: int) -> str:
+    if name:
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+        return f"{'weights' if kind in ('parameter', 'buffer') else 'constants'}/{safe}.npy"
+    return f"constants/{index}.npy"
+
+
+def export(model: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
+           options: ExportOptions | None = None) -> Bundle:
+    """torch.export + torch_xla's StableHLO exporter, plus a typed manifest of `main`.
+
+    Example:
+        >>> b = export(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
+        >>> [i.kind for i in b.manifest.inputs]
+        ['parameter', 'parameter', 'user_input']
+    """
+    import torch
+    from torch_xla_ext._compat import stablehlo as _shlo
+
+    options = options or ExportOptions()
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args: expected a tuple of example inputs, got {type(args).__name__}")
+    start = _core.next_all_reduce_sequence()
+    ep = torch.export.export(model, tuple(args), kwargs=kwargs, strict=options.strict)
+    calls = _core.recorded_all_reduces_since(start)
+    tx = _shlo.export_program(ep)
+
+    sig = ep.graph_signature
+    kinds_by_target: dict[str, str] = {}
+    for t in sig.inputs_to_parameters.values():
+        kinds_by_target[t] = "parameter"
+    for t in sig.inputs_to_buffers.values():
+        kinds_by_target[t] = "buffer"
+    for t in sig.inputs_to_lifted_tensor_constants.values():
+        kinds_by_target[t] = "constant"
+    num_user = len(torch.utils._pytree.tree_leaves((tuple(args), kwargs or {})))
+    bundle = _bundle_from_torch_xla(tx, kinds_by_target, num_user, calls)
+    bundle.torch_xla_export = tx
+    return bundle
+
+
+def _bundle_from_torch_xla(tx, kinds_by_target: dict[str, str] | None, num_user: int | None,
+                           calls: list[dict[str, Any]] | None, where: str = "") -> Bundle:
+    inputs: list[Input] = []
+    arrays: dict[str, np.ndarray] = {}
+    for i, (loc, (shape, tdtype)) in enumerate(zip(tx.input_locations, tx.input_signature)):
+        dtype = _torch_dtype_name(tdtype)
+        if loc.type == "input_arg":
+            inputs.append(Input(i, "user_input", shape, dtype, position=loc.position))
+        elif loc.type == "parameter":
+            if loc.name not in tx.state_dict:
+                raise BundleError(f"{where}data/{loc.name}: missing weight for main argument {i}")
+            kind = (kinds_by_target or {}).get(loc.name, "parameter")
+            arr = tx.state_dict[loc.name]
+            key = _array_key(kind, loc.name, i)
+            arrays[key] = arr
+            value = float(arr) if arr.ndim == 0 and kind == "constant" else None
+            inputs.append(Input(i, kind, shape, dtype, name=loc.name, value=value, file=key))
+        elif loc.type == "constant":
+            if not 0 <= loc.position < len(tx.additional_constants):
+                raise BundleError(f"{where}constants/{loc.position}: missing constant for main argument {i}")
+            arr = tx.additional_constants[loc.position]
+            key = f"constants/{loc.position}.npy"
+            arrays[key] = arr
+            value = float(arr) if arr.ndim == 0 else None
+            inputs.append(Input(i, "constant", shape, dtype, value=value, file=key))
+        else:
+            raise BundleError(f"{where}meta: input_locations[{i}] has unknown type '{loc.type}'")
+    if len(tx.input_locations) != len(tx.input_signature):
+        raise BundleError(f"{where}meta: {len(tx.input_locations)} input_locations but "
+                          f"{len(tx.input_signature)} input_signature entries")
+    unused = [{"position": p, "shape": s, "dtype": _torch_dtype_name(d)} for p, s, d in tx.unused_inputs]
+    if num_user is None:
+        positions = [i.position for i in inputs if i.kind == "user_input"] + [u["position"] for u in unused]
+        num_user = max(positions) + 1 if positions else 0
+    manifest = Manifest(inputs=inputs, collectives=[],
+                        outputs=[{"shape": s, "dtype": _torch_dtype_name(d)} for s, d in tx.output_signature],
+                        unused_inputs=unused, num_user_inputs=num_user)
+    _analyze_into(tx.text, manifest, calls or [], where or MODULE_FILE)
+    # Tokens keep their value for assembling arguments, but need no file.
+    for inp in manifest.inputs:
+        if inp.kind == "collective_token" and inp.file is not None:
+            inp.value = float(arrays.pop(inp.file))
+            inp.file = None
+    return Bundle(tx.text, manifest, arrays)
+
+
+def _torch_dtype_name(d: str) -> str:
+    d = d.replace("torch.", "")
+    return {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
+            "int": "int32"}.get(d, d)
+
+
+# --- the module's graph, for cc/collectives ----------------------------------------------------
+
+
+def _parse(text: str, where: str):
+    from jax._src.interpreters import mlir as jmlir
+    from jax._src.lib.mlir import ir
+
+    ctx = jmlir.make_ir_context()
+    with ctx:
+        try:
+            module = ir.Module.parse(text)
+        except Exception as e:  # noqa: BLE001 - MLIR raises its own error type
+            detail = " ".join(line.strip() for line in str(e).splitlines()[:3])
+            raise BundleError(f"{where}: not a parsable StableHLO module ({detail})") from None
+    return ctx, module
+
+
+def _main(module, where: str):
+    from jax._src.lib.mlir import ir
+
+    for op in module.body.operations:
+        if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+            return op
+    raise BundleError(f"{where}: module has no function 'main'")
+
+
+def _tensor_type(t) -> tuple[list[int], str]:
+    from jax._src.lib.mlir import ir
+
+    rt = ir.RankedTensorType(t)
+    et = str(rt.element_type)
+    return list(rt.shape), _ELEMENT_TYPES.get(et, et)
+
+
+def _build_graph(ctx, module, where: str):
+    """main's top-level ops as (values, num_args, ops, returned) for _core.analyze."""
+    from jax._src.lib.mlir import ir
+
+    with ctx:
+        main = _main(module, where)
+        block = main.regions[0].blocks[0]
+        values: list[tuple[list[int], str]] = []
+        ids: dict[Any, int] = {}
+        for a in block.arguments:
+            ids[a] = len(values)
+            values.append(_tensor_type(a.type))
+        num_args = len(values)
+        ops, returned = [], []
+        for op in block.operations:
+            o = op.operation
+            operands = [ids[v] for v in o.operands]
+            if o.name == "func.return":
+                returned = operands
+                continue
+            results = []
+            for r in o.results:
+                ids[r] = len(values)
+                results.append(len(values))
+                try:
+                    values.append(_tensor_type(r.type))
+                except ValueError:  # tokens/tuples: not tensors
+                    values.append(([], str(r.type)))
+            reduction, groups, splat = "", [], None
+            if o.name == "stablehlo.constant":
+                attr = ir.DenseElementsAttr(o.attributes["value"])
+                if attr.is_splat:
+                    try:
+                        splat = _splat_float(attr)
+                    except (TypeError, ValueError):
+                        splat = None
+            elif "replica_groups" in o.attributes:
+                arr = np.array(ir.DenseIntElementsAttr(o.attributes["replica_groups"]))
+                groups = [[int(x) for x in row] for row in arr.reshape(arr.shape[0], -1)] if arr.size else []
+            if len(o.regions) == 1 and o.name.startswith("stablehlo.") and o.regions[0].blocks:
+                body = [b.operation.name for b in o.regions[0].blocks[0].operations]
+                if len(body) == 2 and body[1] == "stablehlo.return":
+                    reduction = body[0]
+            ops.append((o.name, operands, results, reduction, groups, splat))
+    return values, num_args, ops, returned
+
+
+def _splat_float(attr) -> float:
+    from jax._src.lib.mlir import ir
+
+    v = attr.get_splat_value()
+    if ir.FloatAttr.isinstance(v):
+        return float(ir.FloatAttr(v).value)
+    if ir.IntegerAttr.isinstance(v):
+        return float(ir.IntegerAttr(v).value)
+    raise TypeError("not a number")
+
+
+def _analyze_into(text: str, manifest: Manifest, calls: list[dict[str, Any]], where: str) -> None:
+    ctx, module = _parse(text, where)
+    values, num_args, ops, returned = _build_graph(ctx, module, where)
+    _check_signature(values[:num_args], manifest, where)
+    declared = [(i.kind if i.kind != "collective_token" else "constant", i.value) for i in manifest.inputs]
+    a = _core.analyze(values, num_args, ops, returned, declared)
+    for inp, kind in zip(manifest.inputs, a["input_kinds"]):
+        inp.kind = kind
+    # Match recorded all-reduce calls to the module's all-reduces in program order; a model
+    # traced more than once records each call once per trace, so take the newest trace.
+    all_reduces = [c for c in a["collectives"] if c["op"] == "all_reduce"]
+    recorded = calls[-len(all_reduces):] if all_reduces and len(calls) % len(all_reduces) == 0 and calls else []
+    it = iter(recorded)
+    for c in a["collectives"]:
+        call = next(it) if (recorded and c["op"] == "all_reduce") else None
+        manifest.collectives.append(Collective(
+            op=c["op"], reduce=c["reduce"], replica_groups=c["replica_groups"],
+            token_input=c["token_input"], operand_inputs=c["operand_inputs"], scale=c["scale"],
+            requested_scale=None if call is None else call["requested_scale"],
+            lowering=None if call is None else call["lowering"]))
+
+
+def _check_signature(arg_types: list[tuple[list[int], str]], manifest: Manifest, where: str) -> None:
+    if len(arg_types) != len(manifest.inputs):
+        raise BundleError(f"{where}: main has {len(arg_types)} arguments but {MANIFEST_FILE} field "
+                          f"'inputs' has {len(manifest.inputs)} entries")
+    for i, ((shape, dtype), inp) in enumerate(zip(arg_types, manifest.inputs)):
+        if list(shape) != list(inp.shape):
+            raise BundleError(f"{MANIFEST_FILE}: field 'inputs[{i}].shape' is {inp.shape} but main's "
+                              f"argument {i} in {where} has shape {shape}")
+        if dtype != inp.dtype:
+            raise BundleError(f"{MANIFEST_FILE}: field 'inputs[{i}].dtype' is {inp.dtype} but main's "
+                              f"argument {i} in {where} has dtype {dtype}")
+
+
+# --- load --------------------------------------------------------------------------------------
+
+
+def _load_npy(path: str, field: str) -> np.ndarray:
+    if not os.path.exists(path):
+        raise BundleFileNotFoundError(f"{path}: missing (referenced by {field})")
+    try:
+        with open(path, "rb") as f:
+            arr = np.load(f, allow_pickle=False)
+    except ValueError as e:  # pickled object arrays, truncated data, bad headers
+        raise BundleError(f"{path}: not a plain numeric .npy file ({field}): {e}") from None
+    except (OSError, EOFError) as e:
+        raise BundleError(f"{path}: unreadable .npy ({field}): {e}") from None
+    if not isinstance(arr, np.ndarray) or arr.dtype.hasobject:
+        raise BundleError(f"{path}: not a plain numeric .npy file ({field})")
+    return arr
+
+
+def load(path: str | os.PathLike) -> Bundle:
+    """Loads a bundle written by :meth:`Bundle.save`, or torch_xla's own `save_as_stablehlo`
+    directory, and validates it against the module's `main` (argument count, shapes, dtypes).
+    Never unpickles. Raises BundleError / BundleFileNotFoundError naming the file and field.
+
+    Example: ``bundle = export.load("/tmp/exported")``.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise BundleFileNotFoundError(f"{path}: not a directory")
+    from torch_xla_ext._compat import stablehlo as _shlo
+
+    mpath = os.path.join(path, MANIFEST_FILE)
+    if not os.path.exists(mpath) and _shlo.is_saved_dir(path):
+        tx = _shlo.read_saved_dir(path, _load_npy)
+        return _bundle_from_torch_xla(tx, None, None, None, where=path + "/")
+    if not os.path.exists(mpath):
+        raise BundleFileNotFoundError(f"{mpath}: missing (and {path} is not a save_as_stablehlo directory)")
+    with open(mpath) as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise BundleError(f"{mpath}: not JSON ({e})") from None
+    manifest = Manifest.from_dict(raw, mpath)
+    modpath = os.path.join(path, MODULE_FILE)
+    if not os.path.exists(modpath):
+        raise BundleFileNotFoundError(f"{modpath}: missing")
+    with open(modpath) as f:
+        text = f.read()
+    ctx, module = _parse(text, modpath)
+    with ctx:
+        main = _main(module, modpath)
+        arg_types = [_tensor_type(a.type) for a in main.regions[0].blocks[0].arguments]
+    _check_signature(arg_types, manifest, modpath)
+    arrays: dict[str, np.ndarray] = {}
+    for inp in manifest.inputs:
+        if inp.file is None:
+            continue
+        field = f"{MANIFEST_FILE} inputs[{inp.index}].file"
+        arr = _load_npy(os.path.join(path, inp.file), field)
+        if list(arr.shape) != inp.shape:
+            raise BundleError(f"{os.path.join(path, inp.file)}: shape {list(arr.shape)} but "
+                              f"{MANIFEST_FILE} field 'inputs[{inp.index}].shape' is {inp.shape}")
+        if _dtype_name(arr.dtype) != inp.dtype:
+            raise BundleError(f"{os.path.join(path, inp.file)}: dtype {_dtype_name(arr.dtype)} but "
+                              f"{MANIFEST_FILE} field 'inputs[{inp.index}].dtype' is {inp.dtype}")
+        arrays[inp.file] = arr
+    return Bundle(text, manifest, arrays)
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    return "bfloat16" if dt.name == "bfloat16" else np.dtype(dt).name
+
+
+def _np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+_EXECUTABLES: dict[tuple[str, int], Any] = {}
+
+
+def _ensure_cpu_devices(n: int):
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized() and jax.config.jax_num_cpu_devices < n:
+        jax.config.update("jax_num_cpu_devices", n)
+    devices = jax.devices("cpu")
+    if len(devices) < n:
+        raise RuntimeError(
+            f"num_replicas={n} needs {n} JAX CPU devices but JAX already started with {len(devices)}; "
+            f'call jax.config.update("jax_num_cpu_devices", {n}) before JAX is first used')
+    return devices[:n]
+
+
+def _executable(text: str, n: int):
+    import jax  # noqa: F401
+    from jax._src.interpreters import mlir as jmlir
+    from jax._src.lib import xla_client as xc
+
+    key = (hashlib.sha256(text.encode()).hexdigest(), n)
+    if key not in _EXECUTABLES:
+        devices = _ensure_cpu_devices(n)
+        ctx, module = _parse(text, MODULE_FILE)
+        with ctx:
+            code = jmlir.module_to_bytecode(module)
+        opts = xc.CompileOptions()
+        opts.num_replicas = n
+        opts.num_partitions = 1
+        opts.device_assignment = xc.DeviceAssignment.create(np.arange(n).reshape(n, 1))
+        exe = devices[0].client.compile_and_load(code, xc.DeviceList(tuple(devices)), opts)
+        _EXECUTABLES[key] = (exe, devices)
+    return _EXECUTABLES[key]
+
+
+def _arguments(bundle: Bundle, user_inputs: Sequence[Any], replica: int | None) -> list[np.ndarray]:
+    m = bundle.manifest
+    where = "user_inputs" if replica is None else f"user_inputs[{replica}]"
+    if len(user_inputs) != m.num_user_inputs:
+        raise RunInputError(f"{where}: expected {m.num_user_inputs} user inputs (flattened args, "
+                            f"kwargs), got {len(user_inputs)}")
+    args = []
+    for inp in m.inputs:
+        if inp.kind == "user_input":
+            a = np.asarray(user_inputs[inp.position])
+            if list(a.shape) != inp.shape or _dtype_name(a.dtype) != inp.dtype:
+                raise RunInputError(f"{where}[{inp.position}]: expected {inp.dtype}{inp.shape}, "
+                                    f"got {_dtype_name(a.dtype)}{list(a.shape)}")
+        elif inp.kind == "collective_token":
+            a = np.asarray(inp.value, dtype=_np_dtype(inp.dtype))
+        else:
+            a = bundle.arrays[inp.file]
+        args.append(np.ascontiguousarray(a))
+    return args
+
+
+def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replicas: int = 1) -> list:
+    """Runs `main` with JAX/PJRT on the CPU (no torch), assembling every argument from the manifest.
+
+    `user_inputs` are the flattened user inputs (args then kwargs, unused ones included). With
+    num_replicas=N, pass N per-replica tuples; the result is then one list of outputs per replica,
+    and collectives run across N JAX CPU devices.
+
+    Example:
+        >>> run(bundle, x)                                  # [out0, ...]
+        >>> run(bundle, (x0,), (x1,), num_replicas=2)        # [[out0 on replica 0], [... 1]]
+    """
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    bundle = bundle_or_dir if isinstance(bundle_or_dir, Bundle) else load(bundle_or_dir)
+    if not isinstance(num_replicas, int) or num_replicas < 1:
+        raise ValueError(f"num_replicas: expected an int >= 1, got {num_replicas!r}")
+    if num_replicas == 1:
+        per_replica = [_arguments(bundle, user_inputs, None)]
+    else:
+        if len(user_inputs) != num_replicas:
+            raise RunInputError(f"user_inputs: expected {num_replicas} per-replica tuples, got {len(user_inputs)}")
+        per_replica = [_arguments(bundle, tuple(u), r) for r, u in enumerate(user_inputs)]
+    exe, devices = _executable(bundle.module_text, num_replicas)
+    mesh = Mesh(np.array(devices), ("replica",))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    # One array per argument whose shard on device r is replica r's value (the layout pmap used).
+    args = [jax.make_array_from_single_device_arrays(
+                per_replica[0][k].shape, replicated,
+                [jax.device_put(per_replica[r][k], devices[r]) for r in range(num_replicas)])
+            for k in range(len(per_replica[0]))]
+    outs = exe.execute_sharded(args).disassemble_into_single_device_arrays()
+    by_replica = [[np.asarray(o[r]) for o in outs] for r in range(num_replicas)]
+    return by_replica[0] if num_replicas == 1 else by_replica
+
+
+# --- transforms --------------------------------------------------------------------------------
+
+_INNER = "_txe_main_inner"
+
+
+def _dense_literal(arr: np.ndarray, dtype: str) -> str:
+    ty = f"tensor<{''.join(f'{d}x' for d in arr.shape)}{_MLIR_TYPES[dtype]}>"
+    if dtype == "bool":
+        flat = ", ".join("true" if b else "false" for b in arr.reshape(-1))
+        return f"stablehlo.constant dense<{'[' + flat + ']' if arr.ndim else flat}> : {ty}" if arr.size else \
+            f"stablehlo.constant dense<> : {ty}"
+    data = np.ascontiguousarray(arr.astype(_np_dtype(dtype), copy=False)).astype(
+        _np_dtype(dtype).newbyteorder("<"), copy=False).tobytes()
+    return f'stablehlo.constant dense<"0x{data.hex().upper()}"> : {ty}'
+
+
+def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str) -> Bundle:
+    """A bundle whose new `main` takes every argument but `drop` (index -> constant op text) and
+    calls the old `main`, renamed private, with those made inside."""
+    from jax._src.lib.mlir import ir
+
+    if not drop:
+        b = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest))
+        b.manifest.transforms = bundle.manifest.transforms + [transform]
+        return b
+    ctx, module = _parse(bundle.module_text, MODULE_FILE)
+    with ctx:
+        main = _main(module, MODULE_FILE)
+        names = {ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
+                 if "sym_name" in op.attributes}
+        inner = next(f"{_INNER}{k}" for k in range(len(names) + 1) if f"{_INNER}{k}" not in names)
+        block = main.regions[0].blocks[0]
+        arg_types = [str(a.type) for a in block.arguments]
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        result_types = [str(t) for t in ftype.results]
+        main.attributes["sym_name"] = ir.StringAttr.get(inner)
+        main.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        inner_text = str(module)
+    keep = [i for i in range(len(arg_types)) if i not in drop]
+    params = ", ".join(f"%arg{j}: {arg_types[i]}" for j, i in enumerate(keep))
+    lines = [f"  func.func @main({params}) -> ({', '.join(result_types)}) {{"]
+    operand = {}
+    for j, i in enumerate(keep):
+        operand[i] = f"%arg{j}"
+    for i, op_text in drop.items():
+        lines.append(f"    %c{i} = {op_text}")
+        operand[i] = f"%c{i}"
+    call_args = ", ".join(operand[i] for i in range(len(arg_types)))
+    n_res = len(result_types)
+    lhs = "%r" if n_res <= 1 else f"%r:{n_res}"
+    call = f"func.call @{inner}({call_args}) : ({', '.join(arg_types)}) -> ({', '.join(result_types)})"
+    lines.append(f"    {lhs} = {call}" if n_res else f"    {call}")
+    rets = ["%r"] if n_res == 1 else [f"%r#{k}" for k in range(n_res)]
+    lines.append(f"    return {', '.join(rets)} : {', '.join(result_types)}" if n_res else "    return")
+    lines.append("  }")
+    end = inner_text.rstrip().rfind("}")
+    text = inner_text[:end] + "\n".join(lines) + "\n}\n"
+    _parse(text, f"{transform} output")  # must still parse
+
+    m = bundle.manifest
+    new_index = {i: j for j, i in enumerate(keep)}
+    inputs = []
+    for i in keep:
+        inp = dataclasses.replace(m.inputs[i], index=new_index[i])
+        inputs.append(inp)
+    colls = []
+    for c in m.collectives:
+        colls.append(dataclasses.replace(
+            c, token_input=new_index.get(c.token_input) if c.token_input is not None else None,
+            operand_inputs=[new_index[i] for i in c.operand_inputs if i in new_index]))
+    manifest = dataclasses.replace(m, inputs=inputs, collectives=colls, transforms=m.transforms + [transform])
+    used = {inp.file for inp in inputs if inp.file}
+    return Bundle(text, manifest, {k: v for k, v in bundle.arrays.items() if k in used})
+
+
+def strip_tokens(bundle: Bundle) -> Bundle:
+    """A bundle whose `main` has no collective-token argument: the token is made inside.
+
+    Example: ``run(strip_tokens(bundle), x)`` takes the same user inputs and gives the same result.
+    """
+    drop = {}
+    for inp in bundle.manifest.inputs:
+        if inp.kind == "collective_token":
+            drop[inp.index] = _dense_literal(np.asarray(inp.value, _np_dtype(inp.dtype)), inp.dtype)
+    return _rewrite(bundle, drop, "strip_tokens")
+
+
+def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
+    """A bundle whose lifted constants (and, with weights=True, parameters and buffers) are
+    constants inside the module instead of `main` arguments.
+
+    Example: ``b = inline_constants(bundle, weights=True)`` leaves only user inputs and tokens.
+    """
+    kinds = ("constant", "parameter", "buffer") if weights else ("constant",)
+    drop = {}
+    for inp in bundle.manifest.inputs:
+        if inp.kind in kinds:
+            drop[inp.index] = _dense_literal(np.asarray(bundle.arrays[inp.file]), inp.dtype)
+    return _rewrite(bundle, drop, "inline_constants(weights=True)" if weights else "inline_constants")
