@@ -1,0 +1,220 @@
+"""torch_xla.debug.metrics (the `_XLAC` counter and metric registry), in one place.
+
+Counters are named integers (``UncachedCompile``, ``CachedCompile``, ``ExecuteComputation``,
+``MarkStep``, ``aten::<op>`` for CPU fallbacks, ``xla::<op>`` for lowered ops); metrics are
+sample series whose ``total`` is an accumulator (nanoseconds for ``*Time`` metrics, bytes for
+``*Data``). Anyone may call ``clear_counters()`` — the openxla Dynamo bridge does, once per FX
+node while it looks for fallback ops — so a plain before/after diff can go negative.
+:class:`CounterWindow` survives that by folding counters into an offset whenever they are
+cleared inside the window.
+
+Example:
+    >>> from torch_xla_ext._compat import metrics
+    >>> with metrics.CounterWindow() as w:
+    ...     run_step()
+    >>> w.delta().counters.get("UncachedCompile", 0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+import torch_xla
+import torch_xla.debug.metrics as _met
+
+__all__ = [
+    "MetricValue",
+    "Snapshot",
+    "CounterWindow",
+    "counters",
+    "metrics",
+    "snapshot",
+    "fallback_counters",
+    "wait_device_ops",
+    "SyncWatch",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricValue:
+    count: int  # samples ever recorded
+    total: float  # accumulator (ns for *Time metrics, bytes for *Data metrics)
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    counters: dict[str, int]
+    metrics: dict[str, MetricValue]
+
+    def diff(self, before: "Snapshot") -> "Snapshot":
+        """self - before, keeping only what moved."""
+        c = {k: v - before.counters.get(k, 0) for k, v in self.counters.items()}
+        m = {}
+        for k, v in self.metrics.items():
+            b = before.metrics.get(k, MetricValue(0, 0.0))
+            if v.count != b.count:
+                m[k] = MetricValue(v.count - b.count, v.total - b.total)
+        return Snapshot({k: v for k, v in c.items() if v}, m)
+
+    def counter(self, name: str) -> int:
+        return self.counters.get(name, 0)
+
+    def metric(self, name: str) -> MetricValue:
+        return self.metrics.get(name, MetricValue(0, 0.0))
+
+
+def counters(names: Iterable[str] | None = None) -> dict[str, int]:
+    """Current counter values (all of them, or just ``names``; a counter never bumped is 0)."""
+    xlac = torch_xla._XLAC
+    wanted = xlac._xla_counter_names() if names is None else names
+    out = {}
+    for n in wanted:
+        v = xlac._xla_counter_value(n)
+        out[n] = int(v) if v is not None else 0
+    return out
+
+
+def metrics(names: Iterable[str] | None = None) -> dict[str, MetricValue]:
+    """Current metric series as (count, total)."""
+    wanted = _met.metric_names() if names is None else names
+    out = {}
+    for n in wanted:
+        data = _met.metric_data(n)
+        if data:
+            out[n] = MetricValue(int(data[0]), float(data[1]))
+    return out
+
+
+def snapshot(counter_names: Iterable[str] | None = None, metric_names: Iterable[str] | None = None) -> Snapshot:
+    return Snapshot(counters(counter_names), metrics(metric_names))
+
+
+def fallback_counters(counter_values: dict[str, int]) -> dict[str, int]:
+    """The ``aten::<op>`` counters: ops torch_xla ran through its CPU fallback (the same
+    counters ``torch_xla.debug.metrics.executed_fallback_ops()`` lists)."""
+    return {k: v for k, v in counter_values.items() if k.startswith("aten::") and v}
+
+
+def wait_device_ops() -> None:
+    """Blocks until every pending execution finished, so execution metrics are complete."""
+    torch_xla._XLAC._xla_wait_device_ops([])
+
+
+# ---- clear-proof counter windows -------------------------------------------------------------
+
+_lock = threading.Lock()
+_windows: list["CounterWindow"] = []
+_original_clear: Callable[[], None] | None = None
+
+
+def _clear_and_fold() -> None:
+    with _lock:
+        live = list(_windows)
+    if live:
+        current = counters()
+        for w in live:
+            w._fold(current)
+    assert _original_clear is not None
+    _original_clear()
+
+
+class CounterWindow:
+    """Counter and metric deltas over a region, correct even if counters are cleared inside it.
+
+    While any window is open, ``torch_xla._XLAC._clear_xla_counters`` (what
+    ``metrics.clear_counters()`` calls) first folds the current values into every open window.
+    Code that clears and then restores some counters (the Dynamo bridge does) reports the restored
+    amounts with :meth:`compensate`.
+    """
+
+    def __init__(self, metric_names: Iterable[str] | None = None):
+        self._metric_names = None if metric_names is None else tuple(metric_names)
+        self._offset: dict[str, int] = {}
+        self._start: Snapshot | None = None
+
+    def __enter__(self) -> "CounterWindow":
+        global _original_clear
+        self._start = snapshot(metric_names=self._metric_names)
+        with _lock:
+            if not _windows:
+                _original_clear = torch_xla._XLAC._clear_xla_counters
+                torch_xla._XLAC._clear_xla_counters = _clear_and_fold
+            _windows.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._end = self.delta()
+        with _lock:
+            _windows.remove(self)
+            if not _windows and _original_clear is not None:
+                torch_xla._XLAC._clear_xla_counters = _original_clear
+
+    def _fold(self, current: dict[str, int]) -> None:
+        for k, v in current.items():
+            self._offset[k] = self._offset.get(k, 0) + v
+
+    def compensate(self, name: str, restored: int) -> None:
+        """`restored` of counter `name` was folded before a clear and then added back."""
+        self._offset[name] = self._offset.get(name, 0) - restored
+
+    def delta(self) -> Snapshot:
+        """Deltas from the window's start until now (or until it closed)."""
+        if getattr(self, "_end", None) is not None:
+            return self._end
+        assert self._start is not None, "CounterWindow used before __enter__"
+        now = snapshot(metric_names=self._metric_names)
+        merged = dict(now.counters)
+        for k, v in self._offset.items():
+            merged[k] = merged.get(k, 0) + v
+        return Snapshot(merged, now.metrics).diff(self._start)
+
+
+# ---- lazy-tensor syncs -----------------------------------------------------------------------
+
+_sync_sinks: list[Callable[[int, int], None]] = []
+_original_step_marker: Callable[..., Any] | None = None
+
+
+def _compile_lookups() -> int:
+    xlac = torch_xla._XLAC
+    return (xlac._xla_counter_value("UncachedCompile") or 0) + (xlac._xla_counter_value("CachedCompile") or 0)
+
+
+def _step_marker(*args: Any, **kwargs: Any) -> Any:
+    # ExecuteComputation is bumped on the execution thread, possibly after the sync returned;
+    # every graph a sync launches first looks up its compile (cached or not) on this thread.
+    before = _compile_lookups()
+    t0 = time.perf_counter_ns()
+    assert _original_step_marker is not None
+    out = _original_step_marker(*args, **kwargs)
+    ns = time.perf_counter_ns() - t0
+    executed = _compile_lookups() - before
+    for sink in list(_sync_sinks):
+        sink(int(executed), ns)
+    return out
+
+
+class SyncWatch:
+    """Calls ``sink(executions_launched, duration_ns)`` for each lazy-tensor sync
+    (``torch_xla.sync()`` / ``xm.mark_step()``, both end in ``_XLAC._xla_step_marker``)."""
+
+    def __init__(self, sink: Callable[[int, int], None]):
+        self._sink = sink
+
+    def __enter__(self) -> "SyncWatch":
+        global _original_step_marker
+        with _lock:
+            if not _sync_sinks:
+                _original_step_marker = torch_xla._XLAC._xla_step_marker
+                torch_xla._XLAC._xla_step_marker = _step_marker
+            _sync_sinks.append(self._sink)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with _lock:
+            _sync_sinks.remove(self._sink)
+            if not _sync_sinks and _original_step_marker is not None:
+                torch_xla._XLAC._xla_step_marker = _original_step_marker
