@@ -1,0 +1,456 @@
+"""Call a JAX function on XLA tensors, needing only jax and jaxlib.
+
+Same contract as ``torch_xla.core.xla_builder.call_jax`` (XLA tensors and any pytree in, XLA
+tensors in the output pytree out), with JAX's real calling convention instead of
+``keep_unused=True``: the function is lowered with ``keep_unused=False`` and only the tensors JAX
+keeps (``kept_var_idx``) are passed, plus the constants JAX hoists into leading parameters when
+``jax_use_simplified_jaxpr_constants`` is on. The leaf -> HLO parameter mapping is built and
+checked against the HLO module in C++ (``cc/jax_call``), so a mismatch names the leaf path.
+
+Example:
+    >>> import jax.numpy as jnp, torch, torch_xla
+    >>> from torch_xla_ext import jax_call
+    >>> x = torch.ones(3, device="xla")
+    >>> def f(a, unused, scale):
+    ...     return {"y": jnp.sin(a) * scale}
+    >>> out = jax_call.call_jax(f, (x, x, 2.0))      # `unused` is not an HLO parameter
+    >>> print(jax_call.explain(f, (x, x, 2.0)))      # path, kind, kept, hlo_param, shape, dtype
+
+Non-tensor leaves (Python scalars, strings, dtypes) are static: they are baked into the lowered
+module and are part of the cache key, with the function's identity, the pytree structure, the
+tensors' shapes and dtypes, and JAX's trace context (the config that changes lowering). A call
+with a cached signature does not trace or lower again; ``cache_info()`` counts lowerings.
+
+``install()`` routes torch_xla's own ``xla_builder.call_jax`` (and so ``shard_as``, the SPMD
+backward of scan/XLAPatchedLinear, Pallas kernels) here; ``uninstall()`` restores it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+import torch
+from jax._src import config as _jax_config
+
+from torch_xla_ext._compat import xla_builder as _xb
+from torch_xla_ext._ext import jax_call as _core
+from torch_xla_ext.errors import TorchXlaExtError
+
+__all__ = [
+    "call_jax",
+    "explain",
+    "install",
+    "uninstall",
+    "is_installed",
+    "cache_info",
+    "clear_cache",
+    "ParamMapping",
+    "ParamRow",
+    "HoistedConstant",
+    "CacheInfo",
+    "JaxCallError",
+    "JaxCallArgumentError",
+    "JaxCallTraceError",
+    "JaxCallOutputError",
+    "JaxCallSignatureError",
+]
+
+
+class JaxCallError(TorchXlaExtError):
+    """Base of the errors raised by call_jax / explain."""
+
+
+class JaxCallArgumentError(JaxCallError, TypeError):
+    """An input leaf call_jax cannot pass: a non-XLA tensor, an unsupported dtype, an array that is
+    not a torch tensor, or an unhashable static value. The message starts with the leaf path."""
+
+
+class JaxCallTraceError(JaxCallError, RuntimeError):
+    """The JAX function raised while being traced; the original exception is the __cause__."""
+
+
+class JaxCallOutputError(JaxCallError, TypeError):
+    """The JAX function returned a leaf that is not an array (path given as ``output...``)."""
+
+
+class JaxCallSignatureError(JaxCallError, ValueError):
+    """The lowered HLO module does not take what the kept leaves say (checked in C++)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamRow:
+    """One flattened input leaf. ``hlo_param`` is its HLO parameter index, or None when it is
+    static or unused (``kept`` False). ``shape``/``dtype`` are None for static leaves."""
+
+    path: str
+    kind: str  # "tensor" or "static"
+    kept: bool
+    hlo_param: int | None
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    value: str | None = None  # static leaves: repr of the value
+
+
+@dataclasses.dataclass(frozen=True)
+class HoistedConstant:
+    """A constant JAX hoisted into a leading HLO parameter (simplified jaxpr constants on)."""
+
+    index: int
+    hlo_param: int
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamMapping:
+    """How call_jax maps a pytree's leaves to the parameters of the lowered HLO module."""
+
+    module_name: str
+    rows: tuple[ParamRow, ...]
+    constants: tuple[HoistedConstant, ...]
+    num_hlo_params: int
+    outputs: tuple[str, ...]  # HLO types of the outputs, e.g. "f32[3,4]"
+    table: str = dataclasses.field(repr=False, compare=False)
+
+    def row(self, path: str) -> ParamRow:
+        for r in self.rows:
+            if r.path == path:
+                return r
+        raise KeyError(path)
+
+    def __str__(self) -> str:
+        return self.table
+
+
+class CacheInfo(NamedTuple):
+    lowerings: int  # traces + lowerings done (cache misses)
+    hits: int
+    entries: int
+
+
+# torch dtype -> JAX/numpy dtype name (names cc/jax_call understands).
+_TORCH_TO_JAX = {
+    getattr(torch, name): name
+    for name in (
+        "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
+        "uint16", "uint32", "uint64", "bool", "complex64", "complex128", "float8_e4m3fn",
+        "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    )
+    if hasattr(torch, name)
+}
+_JAX_TO_TORCH = {v: k for k, v in _TORCH_TO_JAX.items()}
+
+_STATIC_SCALARS = (bool, int, float, complex, str, bytes, np.generic, np.dtype, type(Ellipsis))
+
+
+class _Entry:
+    """One lowered signature: the computation and how to feed it."""
+
+    __slots__ = ("name", "proto", "mapping", "sources", "out_treedef", "const_values", "const_tensors",
+                 "computation", "leaf_paths")
+
+    def __init__(self, name, proto, mapping, out_treedef, const_values, leaf_paths):
+        self.name = name
+        self.proto = proto
+        self.mapping = mapping
+        self.sources = tuple(mapping.sources)
+        self.out_treedef = out_treedef
+        self.const_values = const_values
+        self.const_tensors: dict[str, list[torch.Tensor]] = {}
+        self.computation = None
+        self.leaf_paths = leaf_paths
+
+
+_lock = threading.RLock()
+_cache: dict[Any, dict[Any, _Entry]] = {}
+_lowerings = 0
+_hits = 0
+
+
+def _identity(fn: Any) -> Any:
+    try:
+        hash(fn)
+        return fn  # functions hash by identity; bound methods by (self, function)
+    except TypeError:
+        return ("id", id(fn), fn)  # kept alive by the key, so the id cannot be reused
+
+
+def _signature_key(leaves: list, treedef: Any) -> tuple:
+    sig = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            sig.append((leaf.dtype, leaf.shape, leaf.device.type))
+        elif isinstance(leaf, jax.ShapeDtypeStruct):
+            sig.append(("abstract", leaf.dtype, leaf.shape))
+        else:
+            sig.append((type(leaf), leaf))
+    return (treedef, tuple(sig), _jax_config.trace_context())
+
+
+def _leaf_path(path: tuple) -> str:
+    # (args, kwargs) is flattened as one tuple: name the root instead of "[0]" / "[1]".
+    root = "args" if path[0].idx == 0 else "kwargs"
+    return root + jax.tree_util.keystr(path[1:])
+
+
+def _to_jax_static(path: str, leaf: Any) -> Any:
+    if isinstance(leaf, torch.dtype):
+        if leaf not in _TORCH_TO_JAX:
+            raise JaxCallArgumentError(f"{path}: torch dtype {leaf} has no JAX equivalent")
+        return jax.numpy.dtype(_TORCH_TO_JAX[leaf])
+    if isinstance(leaf, (np.ndarray, jax.Array)):
+        raise JaxCallArgumentError(
+            f"{path}: a {type(leaf).__name__} is not a call_jax argument; pass an XLA tensor, or close "
+            f"over the array in the function (it then becomes a constant)")
+    try:
+        hash(leaf)
+    except TypeError:
+        raise JaxCallArgumentError(
+            f"{path}: static argument of type {type(leaf).__name__} is not hashable, so it cannot be "
+            f"part of the cache key") from None
+    return leaf
+
+
+def _classify(args: tuple, kwargs: dict, require_xla: bool):
+    """Leaves with their paths -> (cc leaf tuples, ShapeDtypeStructs, statics by position)."""
+    with_path, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    cc_leaves, specs, statics, paths = [], [], {}, []
+    for i, (kp, leaf) in enumerate(with_path):
+        path = _leaf_path(kp)
+        paths.append(path)
+        if isinstance(leaf, torch.Tensor):
+            if require_xla and leaf.device.type != "xla":
+                raise JaxCallArgumentError(
+                    f"{path}: expected an XLA tensor, got a tensor on '{leaf.device}' "
+                    f"(move it with .to('xla'))")
+            dtype = _TORCH_TO_JAX.get(leaf.dtype)
+            if dtype is None:
+                raise JaxCallArgumentError(f"{path}: dtype {leaf.dtype} is not supported by JAX")
+            shape = tuple(leaf.shape)
+        elif isinstance(leaf, jax.ShapeDtypeStruct):
+            dtype, shape = np.dtype(leaf.dtype).name, tuple(leaf.shape)
+        else:
+            value = _to_jax_static(path, leaf)
+            statics[i] = value
+            cc_leaves.append((path, "static", "", [], repr(value)))
+            continue
+        specs.append(jax.ShapeDtypeStruct(shape, jax.numpy.dtype(dtype)))
+        cc_leaves.append((path, "tensor", dtype, list(shape), ""))
+    return cc_leaves, specs, statics, paths
+
+
+def _is_output_leaf(x: Any) -> bool:
+    return isinstance(x, (jax.Array, jax.core.Tracer, np.ndarray, np.generic, bool, int, float, complex))
+
+
+def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str | None,
+           require_xla: bool) -> _Entry:
+    global _lowerings
+    cc_leaves, specs, statics, paths = _classify(args, kwargs, require_xla)
+    num_leaves = len(cc_leaves)
+    out_tree: list[Any] = []
+
+    def flat_fn(*tensors):
+        it = iter(tensors)
+        flat = [statics[i] if i in statics else next(it) for i in range(num_leaves)]
+        a, kw = jax.tree_util.tree_unflatten(treedef, flat)
+        out = jax_fn(*a, **kw)
+        out_with_path, out_def = jax.tree_util.tree_flatten_with_path(out)
+        for kp, leaf in out_with_path:
+            if not _is_output_leaf(leaf):
+                raise JaxCallOutputError(
+                    f"output{jax.tree_util.keystr(kp)}: the JAX function returned a "
+                    f"{type(leaf).__name__}, not an array")
+        out_tree.append(out_def)
+        return [leaf for _, leaf in out_with_path]
+
+    fn_name = getattr(jax_fn, "__name__", type(jax_fn).__name__)
+    flat_fn.__name__ = flat_fn.__qualname__ = fn_name if fn_name.isidentifier() else "jax_fn"
+    _xb.init_runtime_before_jax()
+    # torch_xla's SPMD partitioner reads GSPMD sharding annotations, not Shardy's.
+    with _jax_config.use_shardy_partitioner(False):
+        try:
+            traced = jax.jit(flat_fn, keep_unused=False).trace(*specs)
+        except JaxCallError:
+            raise
+        except Exception as e:
+            signature = ", ".join(f"{p}: {s.dtype}{list(s.shape)}" for p, s in
+                                  zip((l[0] for l in cc_leaves if l[1] == "tensor"), specs))
+            raise JaxCallTraceError(
+                f"{fn_name} raised {type(e).__name__} while being traced with ({signature}): {e}") from e
+        lowered = traced.lower(lowering_platforms=(_xb.lowering_platform(),))
+    # JAX's calling convention, recorded on the lowering (the same numbers jax.export publishes as
+    # Exported.module_kept_var_idx): kept_var_idx counts the hoisted constants first.
+    lowering = lowered._lowering
+    kept = sorted(lowering.compile_args["kept_var_idx"])
+    if not kept:
+        # torch_xla's user computation needs at least one input: keep the first tensor leaf as an
+        # (unread) parameter. Other leaves are unused, so zeros stand in for them while tracing.
+        if not specs:
+            raise JaxCallArgumentError(
+                "args: call_jax needs at least one tensor leaf (torch_xla's user computation cannot "
+                "take zero inputs)")
+
+        def first_only(t0):
+            return flat_fn(t0, *(jax.numpy.zeros(s.shape, s.dtype) for s in specs[1:]))
+
+        first_only.__name__ = first_only.__qualname__ = flat_fn.__name__
+        with _jax_config.use_shardy_partitioner(False):
+            lowered = jax.jit(first_only, keep_unused=True).trace(specs[0]).lower(
+                lowering_platforms=(_xb.lowering_platform(),))
+        lowering = lowered._lowering
+        kept = sorted(lowering.compile_args["kept_var_idx"])
+    const_values = [np.asarray(c) for c in getattr(lowering, "const_args", ())]
+    proto = lowered.compiler_ir("hlo").as_serialized_hlo_module_proto()
+    const_specs = [(c.dtype.name, list(c.shape)) for c in const_values]
+    try:
+        mapping = _core.build_param_mapping(cc_leaves, const_specs, kept, proto)
+    except ValueError as e:
+        hint = ""
+        if not jax.config.jax_enable_x64 and any(l[2] in ("int64", "float64", "uint64", "complex128")
+                                                 for l in cc_leaves):
+            hint = " (jax_enable_x64 is off, so JAX lowers 64-bit leaves as 32-bit)"
+        raise JaxCallSignatureError(f"{e}{hint}") from None
+    _lowerings += 1
+    label = name or f"jax_call::{fn_name}"
+    if "::" not in label:
+        label = "xla::" + label
+    return _Entry(label, proto, mapping, out_tree[-1], const_values, tuple(paths))
+
+
+def _get_entry(jax_fn: Callable, identity: Any, args: Any, kwargs: Any, name: str | None,
+               require_xla: bool) -> tuple[_Entry, list]:
+    global _hits
+    if not isinstance(args, (tuple, list)):
+        raise JaxCallArgumentError(f"args: expected a tuple of arguments, got {type(args).__name__}")
+    args = tuple(args)
+    kwargs = {} if kwargs is None else kwargs
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    try:
+        key = _signature_key(leaves, treedef)
+        hash(key)
+    except TypeError:
+        _classify(args, kwargs, require_xla)  # raises naming the unhashable leaf
+        raise
+    key = (key, name)
+    with _lock:
+        per_fn = _cache.setdefault(identity, {})
+        entry = per_fn.get(key)
+        if entry is not None:
+            _hits += 1
+            return entry, leaves
+        entry = _lower(jax_fn, args, kwargs, treedef, name, require_xla)
+        per_fn[key] = entry
+        return entry, leaves
+
+
+def _constants_on(entry: _Entry, device: torch.device) -> list[torch.Tensor]:
+    key = str(device)
+    tensors = entry.const_tensors.get(key)
+    if tensors is None:
+        tensors = []
+        for c in entry.const_values:
+            torch_dtype = _JAX_TO_TORCH[c.dtype.name]
+            if c.dtype.kind == "V" or c.dtype.name.startswith(("bfloat16", "float8")):
+                # ml_dtypes arrays do not cross into torch directly: move the bits.
+                bits = np.ascontiguousarray(c).view(f"uint{8 * c.dtype.itemsize}")
+                t = torch.from_numpy(bits.copy()).view(torch_dtype)
+            else:
+                t = torch.from_numpy(np.array(c, copy=True))
+            tensors.append(t.to(device))
+        entry.const_tensors[key] = tensors
+    return tensors
+
+
+def _run(entry: _Entry, leaves: list) -> Any:
+    sources = entry.sources
+    if entry.computation is None:
+        entry.computation = _xb.computation_from_hlo_module_proto(entry.name, entry.proto)
+    if entry.const_values:
+        device = next((leaves[s].device for s in sources if s >= 0), None) or _xb.default_device()
+        consts = _constants_on(entry, device)
+        inputs = [leaves[s] if s >= 0 else consts[~s] for s in sources]
+    else:
+        inputs = [leaves[s] for s in sources]
+    outs = _xb.user_computation(entry.name, inputs, entry.computation)
+    return jax.tree_util.tree_unflatten(entry.out_treedef, outs)
+
+
+def call_jax(jax_fn: Callable, args: tuple, kwargs: dict | None = None, *, name: str | None = None) -> Any:
+    """Runs ``jax_fn(*args, **kwargs)`` as one node of torch_xla's lazy graph.
+
+    Tensor leaves must be XLA tensors; other leaves are static. Returns the output pytree with
+    XLA tensors for its array leaves. Only the tensors JAX keeps are passed to the computation.
+
+    Example:
+        >>> y = call_jax(lambda a, b: a @ b, (x, w))
+    """
+    entry, leaves = _get_entry(jax_fn, _identity(jax_fn), args, kwargs, name, require_xla=True)
+    return _run(entry, leaves)
+
+
+def explain(jax_fn: Callable, args: tuple, kwargs: dict | None = None) -> ParamMapping:
+    """The leaf -> HLO parameter mapping call_jax uses for this signature (lowering it if needed).
+
+    Tensor leaves may be torch tensors on any device or ``jax.ShapeDtypeStruct``s.
+
+    Example:
+        >>> m = explain(lambda a, b: a * 2, (x, x))
+        >>> m.row("args[1]").kept, m.num_hlo_params
+        (False, 1)
+    """
+    entry, _ = _get_entry(jax_fn, _identity(jax_fn), args, kwargs, None, require_xla=False)
+    mp = entry.mapping
+    rows = tuple(
+        ParamRow(r.path, r.kind, r.kept, r.hlo_param,
+                 tuple(r.shape) if r.kind == "tensor" else None,
+                 r.dtype if r.kind == "tensor" else None,
+                 r.value if r.kind == "static" else None)
+        for r in mp.rows)
+    constants = tuple(HoistedConstant(c.index, c.hlo_param, tuple(c.shape), c.dtype) for c in mp.constants)
+    return ParamMapping(mp.module_name, rows, constants, mp.num_hlo_params,
+                        tuple(text for _, _, text in mp.results), mp.to_table())
+
+
+def cache_info() -> CacheInfo:
+    """Lowerings (cache misses), hits, and cached signatures across all functions."""
+    with _lock:
+        return CacheInfo(_lowerings, _hits, sum(len(v) for v in _cache.values()))
+
+
+def clear_cache() -> None:
+    """Drops every cached lowering (the counters keep counting)."""
+    with _lock:
+        _cache.clear()
+
+
+def _installed_call_jax(jax_func, args, kwargs=None, name=None, override_hash=None):
+    # torch_xla's signature: override_hash replaces the function's identity in the cache key.
+    identity = ("override_hash", override_hash) if override_hash is not None else _identity(jax_func)
+    entry, leaves = _get_entry(jax_func, identity, args, kwargs, name, require_xla=True)
+    return _run(entry, leaves)
+
+
+def install() -> None:
+    """Routes torch_xla's ``xla_builder.call_jax`` (and modules that imported it by name) here, so
+    torch_xla features built on it (``shard_as``, scan's SPMD backward, Pallas wrappers) work
+    without flax/torchax. Opt-in; undo with :func:`uninstall`.
+
+    Example:
+        >>> jax_call.install()
+        >>> xs.shard_as(a, b)          # torch_xla's own code path, now through our call_jax
+    """
+    _xb.install_call_jax(_installed_call_jax)
+
+
+def uninstall() -> None:
+    """Restores torch_xla's own ``call_jax`` everywhere :func:`install` replaced it."""
+    _xb.uninstall_call_jax()
+
+
+def is_installed() -> bool:
+    return _xb.is_installed()
