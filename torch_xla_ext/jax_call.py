@@ -330,16 +330,14 @@ def _get_entry(jax_fn: Callable, identity: Any, args: Any, kwargs: Any, name: st
     args = tuple(args)
     kwargs = {} if kwargs is None else kwargs
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    try:
-        key = _signature_key(leaves, treedef)
-        hash(key)
-    except TypeError:
-        _classify(args, kwargs, require_xla)  # raises naming the unhashable leaf
-        raise
-    key = (key, name)
+    key = (_signature_key(leaves, treedef), name)
     with _lock:
         per_fn = _cache.setdefault(identity, {})
-        entry = per_fn.get(key)
+        try:
+            entry = per_fn.get(key)
+        except TypeError:
+            _classify(args, kwargs, require_xla)  # raises naming the unhashable leaf
+            raise
         if entry is not None:
             _hits += 1
             return entry, leaves

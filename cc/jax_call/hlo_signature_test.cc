@@ -111,5 +111,27 @@ TEST(HloSignatureTest, TypeNamesRoundTrip) {
   EXPECT_EQ(PrimitiveTypeName(static_cast<PrimitiveType>(99)), "type<99>");
 }
 
+TEST(HloSignatureTest, TruncatedAndCorruptedBytesNeverCrash) {
+  // Run under --config=asan: every prefix and every single-byte corruption of a valid module is
+  // either read or rejected as InvalidArgument, never read out of bounds.
+  const std::string module =
+      BytesField(1, "jit_f") +
+      BytesField(4, ProgramShape({Shape(PrimitiveType::kF32, {3, 4}), Tuple({Shape(PrimitiveType::kS8, {2})})},
+                                 Tuple({Shape(PrimitiveType::kF32, {3}), Shape(PrimitiveType::kPred, {})})));
+  ASSERT_TRUE(ReadHloSignature(module).ok());
+  for (size_t n = 0; n < module.size(); ++n) {
+    auto r = ReadHloSignature(module.substr(0, n));
+    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << n;
+  }
+  for (size_t i = 0; i < module.size(); ++i) {
+    for (int v : {0x00, 0x7f, 0x80, 0xff}) {
+      std::string corrupt = module;
+      corrupt[i] = static_cast<char>(v);
+      auto r = ReadHloSignature(corrupt);
+      if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << i << " " << v;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace txe::jax_call

@@ -286,3 +286,21 @@ def test_explain_accepts_cpu_tensors_and_shape_dtype_structs():
     assert [(r.shape, r.dtype, r.hlo_param) for r in m1.rows] == [((2, 3), "float32", 0), ((), "float32", 1)]
     assert m1.outputs == ("f32[]",)
     assert m1.constants == ()
+
+
+def test_closed_over_constant_with_flag_turned_on_after_import_stays_embedded():
+    # jax 0.7.1 fixes LoweringParameters.hoist_constants_as_args when jax is imported (flag off
+    # here), so turning the flag on later does not hoist; hoisted_constants_test.py covers both.
+    table = jnp.arange(12.0).reshape(3, 4)
+
+    def f(x):
+        return x @ table
+
+    previous = jax.config.jax_use_simplified_jaxpr_constants
+    jax.config.update("jax_use_simplified_jaxpr_constants", True)
+    try:
+        check_against_jax(f, (xla(2, 3),))
+        m = jax_call.explain(f, (xla(2, 3),))
+        assert (m.constants, m.num_hlo_params) == ((), 1)
+    finally:
+        jax.config.update("jax_use_simplified_jaxpr_constants", previous)
