@@ -19,7 +19,10 @@ Example:
 Non-tensor leaves (Python scalars, strings, dtypes) are static: they are baked into the lowered
 module and are part of the cache key, with the function's identity, the pytree structure, the
 tensors' shapes and dtypes, and JAX's trace context (the config that changes lowering). A call
-with a cached signature does not trace or lower again; ``cache_info()`` counts lowerings.
+with a cached signature does not trace or lower again; ``cache_info()`` counts lowerings. As with
+``jax.jit``, values the function closes over are baked in when it is first lowered, and a
+function defined anew on every step is a new cache entry each time (the cache keeps it alive
+until ``clear_cache()``).
 
 ``install()`` routes torch_xla's own ``xla_builder.call_jax`` (and so ``shard_as``, the SPMD
 backward of scan/XLAPatchedLinear, Pallas kernels) here; ``uninstall()`` restores it.
@@ -244,7 +247,7 @@ def _classify(args: tuple, kwargs: dict, require_xla: bool):
 
 
 def _is_output_leaf(x: Any) -> bool:
-    return isinstance(x, (jax.Array, jax.core.Tracer, np.ndarray, np.generic, bool, int, float, complex))
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))  # tracers are jax.Arrays
 
 
 def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str | None,
@@ -272,17 +275,20 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
     flat_fn.__name__ = flat_fn.__qualname__ = fn_name if fn_name.isidentifier() else "jax_fn"
     _xb.init_runtime_before_jax()
     # torch_xla's SPMD partitioner reads GSPMD sharding annotations, not Shardy's.
-    with _jax_config.use_shardy_partitioner(False):
+    platform = _xb.lowering_platform()
+    with _xb.jax_env(), _jax_config.use_shardy_partitioner(False):
+        stage = "traced"
         try:
             traced = jax.jit(flat_fn, keep_unused=False).trace(*specs)
+            stage = f"lowered for {platform}"
+            lowered = traced.lower(lowering_platforms=(platform,))
         except JaxCallError:
             raise
         except Exception as e:
             signature = ", ".join(f"{p}: {s.dtype}{list(s.shape)}" for p, s in
                                   zip((l[0] for l in cc_leaves if l[1] == "tensor"), specs))
             raise JaxCallTraceError(
-                f"{fn_name} raised {type(e).__name__} while being traced with ({signature}): {e}") from e
-        lowered = traced.lower(lowering_platforms=(_xb.lowering_platform(),))
+                f"{fn_name} raised {type(e).__name__} while being {stage} with ({signature}): {e}") from e
     # JAX's calling convention, recorded on the lowering (the same numbers jax.export publishes as
     # Exported.module_kept_var_idx): kept_var_idx counts the hoisted constants first.
     lowering = lowered._lowering
@@ -299,9 +305,8 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
             return flat_fn(t0, *(jax.numpy.zeros(s.shape, s.dtype) for s in specs[1:]))
 
         first_only.__name__ = first_only.__qualname__ = flat_fn.__name__
-        with _jax_config.use_shardy_partitioner(False):
-            lowered = jax.jit(first_only, keep_unused=True).trace(specs[0]).lower(
-                lowering_platforms=(_xb.lowering_platform(),))
+        with _xb.jax_env(), _jax_config.use_shardy_partitioner(False):
+            lowered = jax.jit(first_only, keep_unused=True).trace(specs[0]).lower(lowering_platforms=(platform,))
         lowering = lowered._lowering
         kept = sorted(lowering.compile_args["kept_var_idx"])
     const_values = [np.asarray(c) for c in getattr(lowering, "const_args", ())]

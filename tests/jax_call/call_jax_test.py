@@ -304,3 +304,26 @@ def test_closed_over_constant_with_flag_turned_on_after_import_stays_embedded():
         assert (m.constants, m.num_hlo_params) == ((), 1)
     finally:
         jax.config.update("jax_use_simplified_jaxpr_constants", previous)
+
+
+def test_jit_decorated_function_and_bound_method():
+    @jax.jit
+    def inner(a, unused):
+        return a * 2
+
+    args = (xla(3), xla(4))
+    check_against_jax(inner, args)
+    assert [r.kept for r in jax_call.explain(inner, args).rows] == [True, False]
+
+    class Model:
+        def __init__(self, k):
+            self.k = k
+
+        def apply(self, a, unused):
+            return a * self.k
+
+    m = Model(3.0)
+    base = jax_call.cache_info().lowerings
+    check_against_jax(m.apply, args)
+    check_against_jax(m.apply, args)  # a fresh bound method each time, equal and equally hashed
+    assert jax_call.cache_info().lowerings - base == 1

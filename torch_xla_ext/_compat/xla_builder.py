@@ -5,8 +5,9 @@ The only module of torch_xla_ext that touches these private APIs (torch_xla 2.9)
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import torch
 import torch_xla
@@ -23,6 +24,16 @@ _patched: list[tuple[Any, Any]] = []  # (module, previous call_jax) while instal
 def init_runtime_before_jax() -> None:
     """torch_xla must own the accelerator before JAX initialises (torch_xla's jax_import_guard)."""
     torch_xla._XLAC._init_computation_client()
+
+
+def jax_env() -> ContextManager[None]:
+    """torch_xla's environment workaround around JAX calls (it hides the MegaScale PJRT client
+    from JAX so a multi-slice TPU job does not hang); a no-op context where torch_xla lacks it."""
+    try:
+        from torch_xla._internal.jax_workarounds import jax_env_context
+    except ImportError:
+        return contextlib.nullcontext()
+    return jax_env_context()
 
 
 def lowering_platform() -> str:
