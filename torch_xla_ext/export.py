@@ -176,7 +176,7 @@ class Manifest:
                          f"position {u['position']} (not an argument of main)"))
         out = [_format_table(rows)]
         if self.collectives:
-            crow = [("#", "op", "reduce", "replica_groups", "token_input", "operand_inputs", "scale", "requested")]
+            crow = [("#", "op", "reduce", "replica_groups", "token_input", "operand_inputs", "scale", "requested_scale")]
             for k, c in enumerate(self.collectives):
                 crow.append((str(k), c.op, c.reduce or "-", str(c.replica_groups or "all"),
                              "-" if c.token_input is None else str(c.token_input),

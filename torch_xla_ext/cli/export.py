@@ -1,0 +1,84 @@
+"""`torch-xla-ext export` (a model factory to a bundle directory) and `torch-xla-ext inspect`
+(a bundle or save_as_stablehlo directory's manifest as a table)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from torch_xla_ext.cli import progress
+
+
+def _factory(spec: str):
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--model: expected module:factory, got '{spec}'")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`, models next to the caller import
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"--model: cannot import '{module_name}' ({e})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"--model: module '{module_name}' has no '{attr}'") from None
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from torch_xla_ext import export
+
+    made = _factory(args.model)()
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        raise TypeError(f"--model: {args.model}() must return (model, args) or (model, args, kwargs)")
+    model, example_args, kwargs = (made + (None,))[:3]
+    progress(f"exporting {args.model} with torch.export and torch_xla")
+    bundle = export.export(model, example_args, kwargs)
+    if args.strip_tokens:
+        bundle = export.strip_tokens(bundle)
+    if args.inline_constants or args.inline_weights:
+        bundle = export.inline_constants(bundle, weights=args.inline_weights)
+    bundle.save(args.out)
+    progress(f"wrote {args.out}")
+    print(bundle.manifest.table())
+    return 0
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from torch_xla_ext import export
+
+    bundle = export.load(args.dir)
+    if args.json:
+        print(bundle.manifest.to_json(indent=2))
+    else:
+        print(f"{args.dir}: format_version {bundle.manifest.format_version}, "
+              f"{len(bundle.manifest.inputs)} arguments of main, {bundle.manifest.num_user_inputs} user inputs")
+        print(bundle.manifest.table())
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a model to StableHLO with a typed manifest (tokens, collectives, scales)",
+        description="Call FACTORY from MODULE (it returns (model, args) or (model, args, kwargs)), "
+        "export with torch.export and torch_xla, write the bundle to --out and print its manifest.",
+    )
+    p.add_argument("--model", required=True, metavar="MODULE:FACTORY", help="e.g. mymodels:make_mlp")
+    p.add_argument("--out", required=True, metavar="DIR", help="bundle directory to write")
+    p.add_argument("--strip-tokens", action="store_true", help="make collective tokens inside main")
+    p.add_argument("--inline-constants", action="store_true", help="bake lifted constants into the module")
+    p.add_argument("--inline-weights", action="store_true", help="bake constants and weights into the module")
+    p.set_defaults(func=_run_export)
+
+    q = sub.add_parser(
+        "inspect",
+        help="print a bundle's manifest as a table",
+        description="Load and validate DIR (a bundle, or torch_xla's save_as_stablehlo output) "
+        "and print what each argument of main is and what each collective does.",
+    )
+    q.add_argument("dir", metavar="DIR")
+    q.add_argument("--json", action="store_true", help="print the manifest as JSON instead")
+    q.set_defaults(func=_run_inspect)
