@@ -34,6 +34,7 @@ import ml_dtypes
 import numpy as np
 
 from torch_xla_ext import numerics
+from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.errors import TorchXlaExtError
 
 __all__ = [
@@ -63,7 +64,7 @@ class HloEmulationError(TorchXlaExtError, ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# HLO text: a small parser and a rounding-faithful interpreter.
+# HLO text (parsed by cc/parity) and a rounding-faithful interpreter.
 #
 # Every op is evaluated in a wide compute type (float32 by default, as XLA:CPU upcasts bf16 and
 # f16 arithmetic) and its result is rounded to the op's HLO element type, so the reference
@@ -78,15 +79,7 @@ _HLO_DTYPES = {
     "bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16),
     "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
 }
-_NARROW_FLOATS = ("bf16", "f16")
-# Ops that compute new values (and so round to their element type); everything else moves data.
-_ARITHMETIC = frozenset(
-    "add subtract multiply divide maximum minimum power remainder atan2 negate abs exponential "
-    "exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine tan floor "
-    "ceil round-nearest-even round-nearest-afz sign dot reduce clamp erf".split()
-)
 _IDENTITY_CUSTOM_CALLS = frozenset(("Sharding",))  # shape-changing SPMD calls are not emulated
-_LAYOUT = frozenset("reshape broadcast transpose copy bitcast get-tuple-element slice".split())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,128 +119,35 @@ class _HloModule:
     entry: str
 
 
-_COMMENT_RE = re.compile(r"/\*.*?\*/")
-_INSTR_RE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-_HEADER_RE = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)?\{\s*$")
-
-
-def _balanced(text: str, start: int) -> int:
-    """Index just past the bracket group opening at text[start]."""
-    pairs = {"(": ")", "{": "}", "[": "]"}
-    stack = []
-    i = start
-    in_str = False
-    while i < len(text):
-        c = text[i]
-        if in_str:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in pairs:
-            stack.append(pairs[c])
-        elif stack and c == stack[-1]:
-            stack.pop()
-            if not stack:
-                return i + 1
-        i += 1
-    raise HloEmulationError(f"unbalanced brackets in HLO text: {text[start:start + 80]!r}")
-
-
-def _split_top(text: str) -> list[str]:
-    """Splits on commas outside brackets and strings."""
-    parts, depth, cur, in_str = [], 0, [], False
-    for i, c in enumerate(text):
-        if in_str:
-            in_str = not (c == '"' and text[i - 1] != "\\")
-        elif c == '"':
-            in_str = True
-        elif c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-            continue
-        cur.append(c)
-    if "".join(cur).strip():
-        parts.append("".join(cur).strip())
-    return parts
-
-
-def _parse_shape(text: str) -> _Shape:
-    text = text.strip()
-    if text.startswith("("):
-        inner = text[1:_balanced(text, 0) - 1]
-        return _Shape(None, (), tuple(_parse_shape(p) for p in _split_top(inner)))
-    m = re.match(r"(\w+)\[([^\]]*)\]", text)
-    if not m:
-        raise HloEmulationError(f"cannot parse HLO shape {text!r}")
-    dims = tuple(int(d.replace("<=", "")) for d in m.group(2).split(",") if d.strip())
-    return _Shape(m.group(1), dims)
-
-
-def _parse_instruction(line: str) -> tuple[_Instruction, bool]:
-    m = _INSTR_RE.match(line)
-    if not m:
-        raise HloEmulationError(f"cannot parse HLO instruction {line.strip()!r}")
-    is_root, name, rest = bool(m.group(1)), m.group(2), m.group(3).strip()
-    if rest.startswith("("):
-        end = _balanced(rest, 0)
-    else:
-        end = re.match(r"\S+", rest).end()
-    shape = _parse_shape(rest[:end])
-    rest = rest[end:].strip()
-    m = re.match(r"([\w\-]+)\(", rest)
-    if not m:
-        raise HloEmulationError(f"{name}: cannot find the opcode in {rest[:80]!r}")
-    opcode = m.group(1)
-    close = _balanced(rest, m.end() - 1)
-    inside = rest[m.end():close - 1]
-    operands = [] if opcode in ("constant", "parameter", "iota") else [
-        re.findall(r"%([\w.\-]+)", p)[-1] for p in _split_top(inside) if "%" in p
-    ]
-    attrs = {}
-    for part in _split_top(rest[close:].lstrip(", ")):
-        key, _, value = part.partition("=")
-        attrs[key.strip()] = value.strip()
-    return _Instruction(name, shape, opcode, operands, inside, attrs), is_root
-
-
 def parse_hlo_text(text: str) -> _HloModule:
-    text = _COMMENT_RE.sub("", text)
-    computations: dict[str, _Computation] = {}
-    module_name, entry, current = "", None, None
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if line.startswith("HloModule"):
-            module_name = line.split()[1].rstrip(",")
-            continue
-        if current is None:
-            m = _HEADER_RE.match(line)
-            if m:
-                current = _Computation(m.group(2), [], "", {})
-                if m.group(1):
-                    entry = current.name
-            continue
-        if line.strip() == "}":
-            if not current.root and current.instructions:
-                current.root = current.instructions[-1].name
-            computations[current.name] = current
-            current = None
-            continue
-        instr, is_root = _parse_instruction(line)
-        current.instructions.append(instr)
-        current.by_name[instr.name] = instr
-        if is_root:
-            current.root = instr.name
-    if entry is None:
-        raise HloEmulationError("HLO text has no ENTRY computation")
-    return _HloModule(module_name, computations, entry)
+    """Parses HLO text (as torch_xla's ``_get_xla_tensors_hlo`` prints it) with the C++ parser
+    of cc/parity into computations of instructions (shape, opcode, operands, attributes).
+
+    Example:
+        >>> m = parse_hlo_text(hlo)  # doctest: +SKIP
+        >>> m.computations[m.entry].by_name[m.computations[m.entry].root].opcode  # doctest: +SKIP
+        'tuple'
+    """
+    if not isinstance(text, str):
+        raise HloEmulationError(f"text: expected HLO text (str), got {type(text).__name__}")
+    try:
+        module = _core.parse_hlo_text(text)
+    except ValueError as e:
+        raise HloEmulationError(str(e)) from None
+    computations = {}
+    for c in module.computations:
+        instructions = [
+            _Instruction(i.name, _shape(i.shape), i.opcode, list(i.operands), i.literal, dict(i.attributes))
+            for i in c.instructions
+        ]
+        computations[c.name] = _Computation(c.name, instructions, c.root, {i.name: i for i in instructions})
+    return _HloModule(module.name, computations, module.computations[module.entry].name)
+
+
+def _shape(s: Any) -> _Shape:
+    if s.is_tuple:
+        return _Shape(None, (), tuple(_shape(t) for t in s.tuple_shapes))
+    return _Shape(s.element_type, tuple(s.dims))
 
 
 def _ints(attr: str) -> list[int]:
@@ -499,30 +399,24 @@ class RoundingPoint:
 
 
 def rounding_points(hlo_text: str) -> list[RoundingPoint]:
-    """Arithmetic ops of ``hlo_text`` whose element type is bf16/f16, in program order.
+    """Arithmetic ops of ``hlo_text`` whose element type is bf16/f16, in program order, each with
+    the narrow-float op feeding it (``after``) when it rounds right after another one. The graph
+    walk is cc/parity's FindRoundingPoints.
 
     Example:
-        >>> [(p.opcode, p.after_opcode) for p in rounding_points(hlo) if p.after]  # doctest: +SKIP
-        [('add', 'dot')]
+        >>> [(p.after_opcode, p.opcode) for p in rounding_points(hlo) if p.after]  # doctest: +SKIP
+        [('dot', 'add')]
     """
-    module = parse_hlo_text(hlo_text)
-    points = []
-    for comp in module.computations.values():
-        for ins in comp.instructions:
-            et = ins.shape.element_type
-            if ins.opcode not in _ARITHMETIC or et not in _NARROW_FLOATS:
-                continue
-            after = None
-            for o in ins.operands:
-                src = comp.by_name.get(o)
-                while src is not None and src.opcode in _LAYOUT and src.operands:
-                    src = comp.by_name.get(src.operands[0])
-                if src is not None and src.opcode in _ARITHMETIC and src.shape.element_type in _NARROW_FLOATS:
-                    after = src
-                    break
-            points.append(RoundingPoint(comp.name, ins.name, ins.opcode, et,
-                                        after.name if after else None, after.opcode if after else None))
-    return points
+    if not isinstance(hlo_text, str):
+        raise HloEmulationError(f"hlo_text: expected HLO text (str), got {type(hlo_text).__name__}")
+    try:
+        module = _core.parse_hlo_text(hlo_text)
+    except ValueError as e:
+        raise HloEmulationError(str(e)) from None
+    return [
+        RoundingPoint(p.computation, p.instruction, p.opcode, p.element_type, p.after or None, p.after_opcode or None)
+        for p in _core.find_rounding_points(module)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
