@@ -170,3 +170,17 @@ def test_arguments_are_checked():
         parity.verify(lambda t: t, (torch.ones(2),), rtol=1e-3)
     with pytest.raises(parity.ParityError, match="fn"):
         parity.verify(3, (torch.ones(2),))
+
+
+def test_fp32_long_reduction_is_reassociation_not_rounding():
+    # K = 4096 with large inputs: XLA:CPU and CPU eager sum the dot in different orders.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4096, 64)
+    r = parity.verify(lin, (torch.randn(64, 4096) * 100,), dtype="fp32")
+    (o,) = r.outputs
+    assert r.verdict == parity.Verdict.FAIL and o.xla_vs_cpu.mismatched > 0
+    assert r.rounding_points == ()  # nothing narrow: not rounding placement
+    assert r.hlo_math == "same" and r.emulation == "differs"
+    assert "reassociation" in r.explanation
+    assert "rounding placement, not a lowering bug" not in r.explanation
+    assert o.xla_error <= 2 * o.cpu_error
