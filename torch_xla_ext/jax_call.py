@@ -256,6 +256,7 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
     cc_leaves, specs, statics, paths = _classify(args, kwargs, require_xla)
     num_leaves = len(cc_leaves)
     out_tree: list[Any] = []
+    out_paths: list[str] = []
 
     def flat_fn(*tensors):
         it = iter(tensors)
@@ -269,6 +270,7 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
                     f"output{jax.tree_util.keystr(kp)}: the JAX function returned a "
                     f"{type(leaf).__name__}, not an array")
         out_tree.append(out_def)
+        out_paths[:] = ["output" + jax.tree_util.keystr(kp) for kp, _ in out_with_path]
         return [leaf for _, leaf in out_with_path]
 
     fn_name = getattr(jax_fn, "__name__", type(jax_fn).__name__)
@@ -312,8 +314,9 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
     const_values = [np.asarray(c) for c in getattr(lowering, "const_args", ())]
     proto = lowered.compiler_ir("hlo").as_serialized_hlo_module_proto()
     const_specs = [(c.dtype.name, list(c.shape)) for c in const_values]
+    outputs = [(p, np.dtype(o.dtype).name, list(o.shape)) for p, o in zip(out_paths, lowered.out_info)]
     try:
-        mapping = _core.build_param_mapping(cc_leaves, const_specs, kept, proto)
+        mapping = _core.build_param_mapping(cc_leaves, const_specs, kept, proto, outputs)
     except ValueError as e:
         hint = ""
         if not jax.config.jax_enable_x64 and any(l[2] in ("int64", "float64", "uint64", "complex128")

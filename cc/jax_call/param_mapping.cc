@@ -135,6 +135,22 @@ StatusOr<ParamMapping> BuildParamMapping(const std::vector<Leaf>& leaves,
   return mapping;
 }
 
+Status CheckOutputs(const ParamMapping& mapping, const std::vector<Leaf>& outputs) {
+  if (outputs.size() != mapping.results.size()) {
+    return InvalidArgumentError("HLO module '" + mapping.module_name + "' returns " +
+                                std::to_string(mapping.results.size()) + " values but the function returned " +
+                                std::to_string(outputs.size()) + " array leaves");
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TXE_ASSIGN_OR_RETURN(ArrayType expected, ExpectedType(outputs[i].path, outputs[i].dtype, outputs[i].shape));
+    if (mapping.results[i] != expected) {
+      return InvalidArgumentError(outputs[i].path + ": HLO output " + std::to_string(i) + " is " +
+                                  mapping.results[i].ToString() + " but the traced output is " + expected.ToString());
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<ParamMapping> BuildParamMapping(const std::vector<Leaf>& leaves,
                                          const std::vector<ConstantSpec>& constants,
                                          const std::vector<int64_t>& kept_var_idx,

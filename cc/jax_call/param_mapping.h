@@ -87,6 +87,11 @@ StatusOr<ParamMapping> BuildParamMapping(const std::vector<Leaf>& leaves,
                                          const std::vector<int64_t>& kept_var_idx,
                                          const HloSignature& signature);
 
+// Checks the module's outputs (its result flattened one tuple level) against the output leaves
+// the traced function returned (path "output['y']", dtype, shape): their count, element types
+// and dimensions. InvalidArgument names the output path on a mismatch.
+Status CheckOutputs(const ParamMapping& mapping, const std::vector<Leaf>& outputs);
+
 // The same, reading the signature from a serialized HloModuleProto.
 StatusOr<ParamMapping> BuildParamMapping(const std::vector<Leaf>& leaves,
                                          const std::vector<ConstantSpec>& constants,

@@ -96,5 +96,20 @@ TEST(ParamMappingTest, RejectsBadKeptVarIdxAndTupleParams) {
   EXPECT_NE(t.status().message().find("args[0]"), std::string::npos);
 }
 
+TEST(ParamMappingTest, CheckOutputsNamesTheOutputPath) {
+  HloSignature sig = Sig({Arr(PrimitiveType::kF32, {3})});
+  ArrayType tuple;
+  tuple.type = PrimitiveType::kTuple;
+  tuple.tuple = {Arr(PrimitiveType::kF32, {3}), Arr(PrimitiveType::kS32, {})};
+  sig.result = tuple;
+  auto m = BuildParamMapping({Tensor("args[0]", "float32", {3})}, {}, {0}, sig);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(CheckOutputs(*m, {Tensor("output['y']", "float32", {3}), Tensor("output['n']", "int32", {})}).ok());
+  Status wrong = CheckOutputs(*m, {Tensor("output['y']", "float32", {3}), Tensor("output['n']", "float32", {})});
+  EXPECT_EQ(wrong.message(), "output['n']: HLO output 1 is s32[] but the traced output is f32[]");
+  Status count = CheckOutputs(*m, {Tensor("output['y']", "float32", {3})});
+  EXPECT_EQ(count.message(), "HLO module 'jit_f' returns 2 values but the function returned 1 array leaves");
+}
+
 }  // namespace
 }  // namespace txe::jax_call

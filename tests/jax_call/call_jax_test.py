@@ -220,6 +220,10 @@ def test_cpp_check_rejects_a_module_that_disagrees_with_the_leaves():
         _core.build_param_mapping(leaves, [], [0, 1], proto)
     with pytest.raises(ValueError, match=r"has 2 parameters but 1 inputs are kept \[args\[0\]\]"):
         _core.build_param_mapping(leaves, [], [0], proto)
+    good = [("args[0]", "tensor", "float32", [3], ""), ("args[1]['w']", "tensor", "float32", [3], "")]
+    assert _core.build_param_mapping(good, [], [0, 1], proto, [("output", "float32", [3])]).num_hlo_params == 2
+    with pytest.raises(ValueError, match=r"^output: HLO output 0 is f32\[3\] but the traced output is s32\[3\]"):
+        _core.build_param_mapping(good, [], [0, 1], proto, [("output", "int32", [3])])
 
 
 def test_int64_leaf_without_x64_is_named():

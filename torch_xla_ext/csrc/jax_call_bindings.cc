@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -89,7 +90,8 @@ TXE_PYBIND_SUBMODULE(jax_call, m) {
       "build_param_mapping",
       [](const std::vector<std::tuple<std::string, std::string, std::string, std::vector<int64_t>, std::string>>& leaves,
          const std::vector<std::tuple<std::string, std::vector<int64_t>>>& constants,
-         const std::vector<int64_t>& kept_var_idx, py::bytes proto) {
+         const std::vector<int64_t>& kept_var_idx, py::bytes proto,
+         const std::optional<std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>>& outputs) {
         std::vector<Leaf> ls;
         ls.reserve(leaves.size());
         for (const auto& [path, kind, dtype, shape, value] : leaves) {
@@ -100,16 +102,25 @@ TXE_PYBIND_SUBMODULE(jax_call, m) {
         }
         std::vector<ConstantSpec> cs;
         for (const auto& [dtype, shape] : constants) cs.push_back(ConstantSpec{dtype, shape});
+        std::vector<Leaf> outs;
+        if (outputs.has_value()) {
+          for (const auto& [path, dtype, shape] : *outputs) outs.push_back(Leaf{path, LeafKind::kTensor, dtype, shape, ""});
+        }
         std::string data = proto;
         txe::StatusOr<ParamMapping> mapping = txe::InternalError("not run");
         {
           py::gil_scoped_release release;
           mapping = txe::jax_call::BuildParamMapping(ls, cs, kept_var_idx, data);
+          if (mapping.ok() && outputs.has_value()) {
+            txe::Status checked = txe::jax_call::CheckOutputs(*mapping, outs);
+            if (!checked.ok()) mapping = checked;
+          }
         }
         return txe::python::ValueOrThrow(std::move(mapping));
       },
       py::arg("leaves"), py::arg("constants"), py::arg("kept_var_idx"), py::arg("hlo_module_proto"),
+      py::arg("outputs") = py::none(),
       "Maps leaves (path, 'tensor'|'static', dtype, shape, value) and hoisted constants (dtype, "
-      "shape) to HLO parameters via JAX's kept_var_idx, checked against the module. See "
-      "cc/jax_call/param_mapping.h.");
+      "shape) to HLO parameters via JAX's kept_var_idx, checked against the module; with outputs "
+      "[(path, dtype, shape)], checks the module's results too. See cc/jax_call/param_mapping.h.");
 }
