@@ -1,19 +1,26 @@
 """Parity verdicts for XLA vs CPU: why outputs differ, not just that they do.
 
-``verify`` runs a function on XLA and on CPU eager (twice, to catch a nondeterministic
-reference), plus an fp64 CPU golden, compares them with the C++ comparator
-(:mod:`torch_xla_ext.numerics`) and, from the lowered HLO of the XLA run, rebuilds a CPU
-reference that rounds exactly where XLA rounds. The verdict says whether XLA matches CPU; the
-explanation says why not: rounding placement (XLA matches the rounding-emulated reference), or
-something the rounding does not explain.
+``verify`` runs a function on XLA and its reference on CPU eager (twice, to catch a
+nondeterministic reference) and in fp64 (the golden, computed from the inputs and parameters as
+both sides received them, i.e. already rounded to ``dtype``), and compares with the C++
+comparator of :mod:`torch_xla_ext.numerics`. From the lowered HLO of the XLA run (parsed by
+cc/parity) it then builds two replays on the CPU: one that rounds to each op's element type
+exactly where XLA rounds, and one in fp64 that does not round at all. Together they separate
+three causes of a mismatch:
+
+* rounding placement: XLA equals the rounded replay bit for bit and the exact replay equals the
+  golden (pytorch/xla#8747: a bf16 dot rounded, then the bias add rounded again);
+* reassociation: same math, equal accuracy, only the summation order differs (long fp32 dots);
+* a real difference: the HLO is not the reference's math, or XLA does not execute its HLO.
 
 Example:
     >>> import torch
     >>> from torch_xla_ext import parity
     >>> lin = torch.nn.Linear(128, 128)
     >>> report = parity.verify(lin, (torch.randn(8, 128),), dtype="bf16")  # doctest: +SKIP
-    >>> report.verdict, report.emulation  # doctest: +SKIP
-    ('FAIL', 'matches')
+    >>> report.emulation, report.hlo_math  # doctest: +SKIP
+    ('matches', 'same')
+    >>> print(report.explanation)  # doctest: +SKIP
 
 ``scan_layers`` does the same for a stack of layers run with torch_xla's ``scan_layers`` and
 localises the first layer where XLA leaves the reference; ``assert_parity`` is the pytest form.
@@ -473,15 +480,20 @@ class LayerParity:
     xla_vs_cpu: numerics.CompareReport
     xla_error: float
     cpu_error: float
-    # True when this layer's XLA output equals the rounding-emulated replay of the scan's HLO bit
-    # for bit and that HLO's exact fp64 replay matches the golden: any mismatch with CPU eager is
-    # then rounding placement. None when the replay was unavailable.
-    rounding_explained: bool | None = None
+    # Why XLA's output of this layer is what it is, from the per-layer replays of the scan's HLO:
+    # "rounding placement" (bit-identical to the rounded replay, and the exact fp64 replay matches
+    # the golden), "reassociation" (exact replay matches the golden and XLA is as accurate as CPU
+    # eager), "unexplained", or "unavailable" (no replay).
+    cause: str = "unavailable"
+
+    @property
+    def rounding_explained(self) -> bool:
+        return self.cause in ("rounding placement", "reassociation")
 
     @property
     def diverges(self) -> bool:
         """Scan differs from the loop, or XLA differs from CPU eager for a reason other than
-        rounding placement."""
+        where or in which order it rounds."""
         if not self.scan_vs_loop.passed:
             return True
         return not self.xla_vs_cpu.passed and not self.rounding_explained
@@ -490,7 +502,7 @@ class LayerParity:
         return {
             "index": self.index,
             "diverges": self.diverges,
-            "rounding_explained": self.rounding_explained,
+            "cause": self.cause,
             "scan_vs_loop": self.scan_vs_loop.to_dict(),
             "xla_vs_cpu": self.xla_vs_cpu.to_dict(),
             "xla_error": self.xla_error,
@@ -585,7 +597,7 @@ class ParityReport:
                 lines.append(
                     f"{l.index:5d}  {'yes' if l.scan_vs_loop.passed else 'NO':>10}  "
                     f"{l.xla_vs_cpu.mismatched:>9}/{l.xla_vs_cpu.total:<10}  {l.xla_error:<9.3g}  {l.cpu_error:.3g}"
-                    + ("   (rounding)" if l.rounding_explained and not l.xla_vs_cpu.passed else "")
+                    + (f"   ({l.cause})" if l.rounding_explained and not l.xla_vs_cpu.passed else "")
                     + ("   <- first divergent" if l.index == self.first_divergent_layer else "")
                 )
         return "\n".join(lines)
@@ -1032,17 +1044,25 @@ def scan_layers(
                                    stage="per-layer")
     per_layer = []
     for k, (s, l, c, g) in enumerate(zip(scanned, looped, cpu, golden)):
-        explained = None
+        xla_err, cpu_err = _golden_errors(s, g)[0], _golden_errors(c, g)[0]
+        cause = "unavailable"
         if rounded is not None and rounded[0].shape[0] == len(layers):
-            explained = (numerics.compare(s, rounded[0][k], rtol=0.0, atol=0.0, equal_nan=True, check_dtype=False).passed
-                         and numerics.compare(exact[0][k], g, equal_nan=True, check_dtype=False).passed)
+            same_math = numerics.compare(exact[0][k], g, equal_nan=True, check_dtype=False).passed
+            if not same_math:
+                cause = "unexplained"
+            elif numerics.compare(s, rounded[0][k], rtol=0.0, atol=0.0, equal_nan=True, check_dtype=False).passed:
+                cause = "rounding placement"
+            elif xla_err <= _REASSOCIATION_FACTOR * max(cpu_err, _golden_errors(rounded[0][k], g)[0]):
+                cause = "reassociation"
+            else:
+                cause = "unexplained"
         per_layer.append(LayerParity(
             k,
             numerics.compare(s, l, rtol=0.0, atol=0.0, equal_nan=True, check_dtype=False),
             numerics.compare(s, c, equal_nan=True, check_dtype=False, **tol),
-            _golden_errors(s, g)[0],
-            _golden_errors(c, g)[0],
-            explained,
+            xla_err,
+            cpu_err,
+            cause,
         ))
     first = next((l.index for l in per_layer if l.diverges), None)
     first_mismatched = next((l.index for l in per_layer if not l.xla_vs_cpu.passed), None)
@@ -1060,14 +1080,15 @@ def _explain_layers(per_layer: Sequence[LayerParity], first: int | None, first_m
         return f"{head}, and every layer matches CPU eager."
     if first is None:
         k = sum(not l.xla_vs_cpu.passed for l in per_layer)
-        return (f"{head}; {k} of {n} layers mismatch CPU eager (from layer {first_mismatched}), each of them bit for "
-                f"bit equal to the per-layer rounding-emulated replay with the reference's math, so no layer "
-                f"diverges beyond rounding placement (first_divergent_layer is None).")
+        causes = sorted({l.cause for l in per_layer if not l.xla_vs_cpu.passed})
+        return (f"{head}; {k} of {n} layers mismatch CPU eager (from layer {first_mismatched}), all explained by "
+                f"{' and '.join(causes)} against the per-layer replay of the scan's HLO, which computes the "
+                f"reference's math, so no layer diverges beyond rounding (first_divergent_layer is None).")
     l = per_layer[first]
     if not l.scan_vs_loop.passed:
         return (f"{head}: the first difference is at layer {first} ({l.scan_vs_loop.mismatched}/"
                 f"{l.scan_vs_loop.total} elements), so the scan lowering itself changes that layer.")
-    why = ("rounding placement does not explain it" if l.rounding_explained is False
+    why = ("rounding placement does not explain it" if l.cause == "unexplained"
            else "the rounding-emulated replay was unavailable")
     return (f"{head}; the first layer to diverge from CPU eager is layer {first} "
             f"({l.xla_vs_cpu.mismatched}/{l.xla_vs_cpu.total} elements; error vs fp64: XLA {_fmt(l.xla_error)}, "
