@@ -62,6 +62,9 @@ def all_reduce(reduce_type: str, tensor: Any, *, scale: float = 1.0,
         raise CollectiveArgumentError(f"reduce_type: '{reduce_type}' is not one of {', '.join(REDUCE_TYPES)}")
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "xla" and not torch.compiler.is_compiling():
+        # Eagerly, only torch_xla can reduce; while torch.export/torch.compile trace, any device.
+        raise TypeError(f"tensor: expected an XLA tensor (or one being traced), got device {tensor.device}")
     scale = float(scale)
     if not math.isfinite(scale):
         raise CollectiveArgumentError(f"scale: must be finite, got {scale}")

@@ -261,23 +261,60 @@ def export(model: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None
     options = options or ExportOptions()
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args: expected a tuple of example inputs, got {type(args).__name__}")
+    prefix = ""
+    flat_args = tuple(args)
+    if kwargs:
+        # torch_xla's exporter takes no kwargs: export a module taking (args, kwargs) flattened
+        # positionally, the order `run` takes user inputs in.
+        model, flat_args = _Positional(model, len(args), list(kwargs)), tuple(args) + tuple(kwargs.values())
+        prefix = "inner."
     start = _core.next_all_reduce_sequence()
-    ep = torch.export.export(model, tuple(args), kwargs=kwargs, strict=options.strict)
+    ep = torch.export.export(model, flat_args, strict=options.strict)
     calls = _core.recorded_all_reduces_since(start)
     tx = _shlo.export_program(ep)
+    if prefix:
+        _strip_prefix(tx, prefix)
 
     sig = ep.graph_signature
     kinds_by_target: dict[str, str] = {}
-    for t in sig.inputs_to_parameters.values():
-        kinds_by_target[t] = "parameter"
-    for t in sig.inputs_to_buffers.values():
-        kinds_by_target[t] = "buffer"
-    for t in sig.inputs_to_lifted_tensor_constants.values():
-        kinds_by_target[t] = "constant"
-    num_user = len(torch.utils._pytree.tree_leaves((tuple(args), kwargs or {})))
+    for targets, kind in ((sig.inputs_to_parameters, "parameter"), (sig.inputs_to_buffers, "buffer"),
+                          (sig.inputs_to_lifted_tensor_constants, "constant")):
+        for t in targets.values():
+            kinds_by_target[t[len(prefix):] if prefix and t.startswith(prefix) else t] = kind
+    num_user = len(torch.utils._pytree.tree_leaves(flat_args))
     bundle = _bundle_from_torch_xla(tx, kinds_by_target, num_user, calls)
     bundle.torch_xla_export = tx
     return bundle
+
+
+def _positional_module():
+    import torch
+
+    class Positional(torch.nn.Module):
+        """`inner(*args, **kwargs)` called with (args, kwargs) flattened positionally."""
+
+        def __init__(self, inner, num_args: int, kwarg_names: list[str]):
+            super().__init__()
+            self.inner = inner
+            self.num_args = num_args
+            self.kwarg_names = kwarg_names
+
+        def forward(self, *flat):
+            n = self.num_args
+            return self.inner(*flat[:n], **dict(zip(self.kwarg_names, flat[n:])))
+
+    return Positional
+
+
+def _Positional(inner, num_args, kwarg_names):  # noqa: N802 - a class made lazily (torch import)
+    return _positional_module()(inner, num_args, kwarg_names)
+
+
+def _strip_prefix(tx, prefix: str) -> None:
+    tx.state_dict = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in tx.state_dict.items()}
+    for loc in tx.input_locations:
+        if loc.name.startswith(prefix):
+            loc.name = loc.name[len(prefix):]
 
 
 def _bundle_from_torch_xla(tx, kinds_by_target: dict[str, str] | None, num_user: int | None,

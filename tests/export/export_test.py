@@ -147,11 +147,13 @@ def test_wrapper_applies_scale_at_world_size_1_where_xm_drops_it(monkeypatch):
 
 
 def test_wrapper_argument_errors():
-    x = torch.ones(3)
+    x = torch.ones(3, device=torch_xla.device())
+    with pytest.raises(TypeError, match="expected an XLA tensor"):
+        collectives.all_reduce("sum", torch.ones(3))  # eager CPU: nothing to reduce with
     with pytest.raises(collectives.CollectiveArgumentError, match="reduce_type"):
         collectives.all_reduce("avg", x)
     with pytest.raises(collectives.CollectiveArgumentError, match="scale"):
-        collectives.all_reduce("sum", torch.ones(3, dtype=torch.int32), scale=0.5)
+        collectives.all_reduce("sum", torch.ones(3, dtype=torch.int32, device=x.device), scale=0.5)
     with pytest.raises(TypeError, match="tensor"):
         collectives.all_reduce("sum", [1.0])
     with pytest.raises(collectives.CollectiveArgumentError, match="groups"):
@@ -249,3 +251,29 @@ def test_run_input_errors(two):
 def test_export_argument_errors():
     with pytest.raises(TypeError, match="args"):
         export.export(torch.nn.Linear(2, 2), torch.randn(2))
+
+
+def test_kwargs_and_user_input_positions():
+    """User inputs are positions in the flattened (args, kwargs); run() takes them in that order."""
+
+    class Kw(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.full((3,), 2.0))
+
+        def forward(self, a, b, *, c):
+            return collectives.all_reduce("min", a * c) - b * self.w
+
+    a, b, c = torch.randn(3), torch.randn(3), torch.randn(3)
+    bundle = export.export(Kw(), (a, b), {"c": c})
+    users = sorted((i.position, i.index) for i in bundle.manifest.inputs if i.kind == "user_input")
+    assert [p for p, _ in users] == [0, 1, 2]
+    assert bundle.manifest.num_user_inputs == 3
+    (coll,) = bundle.manifest.collectives
+    assert coll.reduce == "min"
+    positions = {bundle.manifest.inputs[k].position for k in coll.operand_inputs}
+    assert positions == {0, 2}  # a and c, not b
+    assert [i.name for i in bundle.manifest.inputs if i.kind == "parameter"] == ["w"]
+    got = export.run(bundle, a.numpy(), b.numpy(), c.numpy())[0]
+    np.testing.assert_array_equal(got, compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, a, b, c)[0])
+    np.testing.assert_allclose(got, (a * c - b * 2).numpy(), rtol=1e-6)
