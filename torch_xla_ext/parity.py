@@ -28,6 +28,7 @@ localises the first layer where XLA leaves the reference; ``assert_parity`` is t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -375,7 +376,9 @@ def emulate_hlo(
                 % (n, ins.name)
             )
     interp = _Interpreter(module, compute_dtype, exact)
-    out = interp.run([np.asarray(x).astype(interp._storage(ins.shape.element_type)) for (_, ins), x in zip(params, args)])
+    out = interp.run(
+        [np.asarray(x).astype(interp._storage(ins.shape.element_type)) for (_, ins), x in zip(params, args)]
+    )
     leaves: list[np.ndarray] = []
 
     def flatten(v: Any) -> None:
@@ -463,7 +466,8 @@ class OutputParity:
     unrounded: numerics.CompareReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("path", "xla_error", "cpu_error", "xla_mean_error", "cpu_mean_error", "closer", "emulated_error")}
+        keys = ("path", "xla_error", "cpu_error", "xla_mean_error", "cpu_mean_error", "closer", "emulated_error")
+        d = {k: getattr(self, k) for k in keys}
         d["xla_vs_cpu"] = self.xla_vs_cpu.to_dict()
         d["emulated"] = self.emulated.to_dict() if self.emulated else None
         d["unrounded"] = self.unrounded.to_dict() if self.unrounded else None
@@ -590,7 +594,9 @@ class ParityReport:
                 )
             if o.unrounded is not None:
                 u = o.unrounded
-                lines.append(f"  HLO replayed in fp64 without rounding vs fp64 golden: {u.mismatched}/{u.total} mismatched")
+                lines.append(
+                    f"  HLO replayed in fp64 without rounding vs fp64 golden: {u.mismatched}/{u.total} mismatched"
+                )
         if self.layers:
             lines += ["", "layer  scan==loop  XLA vs CPU mismatched  XLA err    CPU err"]
             for l in self.layers:
@@ -660,6 +666,20 @@ def _float_leaves(out: Any, what: str) -> list[tuple[str, Any]]:
     if not leaves:
         raise ParityError(f"{what} returned no floating-point tensor (got {type(out).__name__})")
     return leaves
+
+
+@contextlib.contextmanager
+def _user_rng_preserved():
+    """Runs are seeded; the caller's torch and XLA RNG states come back unchanged."""
+    import torch
+    import torch_xla.core.xla_model as xm
+
+    xla_state = xm.get_rng_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            xm.set_rng_state(xla_state)
 
 
 def _run_cpu(fn: Any, inputs: tuple, dtype: Any, seed: int, via: Any = None) -> list[tuple[str, Any]]:
@@ -788,8 +808,8 @@ def _explain(outputs: Sequence[OutputParity], emulation: str, hlo_math: str, poi
     if emulation == "matches" and hlo_math == "same":
         how = _describe_rounding(points, dtype)
         return (
-            f"{where}, and the cause is rounding placement, not a lowering bug: {how}, where the CPU eager "
-            f"kernel rounds once.{emu_words} Replayed in fp64 without rounding, the same HLO matches the fp64 "
+            f"{where}, and the cause is rounding placement, not a lowering bug: {how}, where CPU eager need "
+            f"not round (a fused kernel such as addmm rounds once).{emu_words} Replayed in fp64 without rounding, the same HLO matches the fp64 "
             f"golden, so XLA computes the reference's math and only rounds in different places. {golden} To test "
             f"this program, compare against the rounding-emulated reference (exact) or against the fp64 golden "
             f"with a tolerance of about {_fmt(2 * worst.xla_error)}; if the extra rounding matters for training, "
@@ -891,15 +911,16 @@ def verify(
 
     stage = "CPU eager"
     try:
-        cpu = _run_cpu(ref, inputs, tdtype, seed)
-        stage = "second CPU eager"
-        cpu2 = _run_cpu(ref, inputs, tdtype, seed)
-        stage = "fp64 golden"
-        # The golden starts from the inputs both sides received (rounded to dtype), so its
-        # error measures each side's arithmetic, not the shared input quantisation.
-        golden = _run_cpu(ref, inputs, torch.float64, seed, via=tdtype)
-        stage = "XLA"
-        xla = _run_xla(fn, inputs, tdtype, seed, emulate)
+        with _user_rng_preserved():
+            cpu = _run_cpu(ref, inputs, tdtype, seed)
+            stage = "second CPU eager"
+            cpu2 = _run_cpu(ref, inputs, tdtype, seed)
+            stage = "fp64 golden"
+            # The golden starts from the inputs both sides received (rounded to dtype), so its
+            # error measures each side's arithmetic, not the shared input quantisation.
+            golden = _run_cpu(ref, inputs, torch.float64, seed, via=tdtype)
+            stage = "XLA"
+            xla = _run_xla(fn, inputs, tdtype, seed, emulate)
         stage = "comparison"
         if [p for p, _ in xla.outputs] != [p for p, _ in cpu]:
             raise ParityError(
@@ -1034,10 +1055,11 @@ def scan_layers(
     tdtype = _torch_dtype(dtype)
     tol = {} if rtol is None else {"rtol": rtol, "atol": atol}
     try:
-        scanned, looped, run = _xla_layer_outputs(layers, x, tdtype, seed)
+        with _user_rng_preserved():
+            scanned, looped, run = _xla_layer_outputs(layers, x, tdtype, seed)
+            cpu = _cpu_layer_outputs(ref_layers, x, tdtype, seed)
+            golden = _cpu_layer_outputs(ref_layers, x, torch.float64, seed, via=tdtype)
         rounded, exact, _points, _status = _emulate(run, 1)
-        cpu = _cpu_layer_outputs(ref_layers, x, tdtype, seed)
-        golden = _cpu_layer_outputs(ref_layers, x, torch.float64, seed, via=tdtype)
     except Exception as e:
         text, explanation = _describe_exception("per-layer", e)
         return dataclasses.replace(report, verdict=Verdict.EXCEPTION, explanation=explanation, exception=text,
@@ -1074,8 +1096,10 @@ def scan_layers(
 
 def _explain_layers(per_layer: Sequence[LayerParity], first: int | None, first_mismatched: int | None) -> str:
     n = len(per_layer)
-    head = (f"Per layer, scan_layers and the Python loop agree bit for bit on XLA in all {n} layers"
-            if all(l.scan_vs_loop.passed for l in per_layer) else "Per layer, scan_layers and the Python loop on XLA disagree")
+    if all(l.scan_vs_loop.passed for l in per_layer):
+        head = f"Per layer, scan_layers and the Python loop agree bit for bit on XLA in all {n} layers"
+    else:
+        head = "Per layer, scan_layers and the Python loop on XLA disagree"
     if first is None and first_mismatched is None:
         return f"{head}, and every layer matches CPU eager."
     if first is None:

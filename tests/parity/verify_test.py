@@ -184,3 +184,15 @@ def test_fp32_long_reduction_is_reassociation_not_rounding():
     assert "reassociation" in r.explanation
     assert "rounding placement, not a lowering bug" not in r.explanation
     assert o.xla_error <= 2 * o.cpu_error
+
+
+def test_callers_rng_state_is_left_alone():
+    import torch_xla.core.xla_model as xm
+
+    torch.manual_seed(123)
+    lin, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    xm.set_rng_state(77)
+    state = torch.get_rng_state()
+    parity.verify(lin, (x,), dtype="fp32", seed=5)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert xm.get_rng_state() == 77
