@@ -89,6 +89,8 @@ class Collective:
     scale: float                        # applied: the constant multiplied into the result
     requested_scale: float | None = None  # what the caller asked for, if the hook recorded it
     lowering: str | None = None           # what the recording lowering says it emitted
+    # torch_xla adds the token into the data operand of collectives that take no token operand
+    token_mixed_into_operand: bool = False
 
 
 @dataclasses.dataclass
@@ -151,7 +153,8 @@ class Manifest:
                     token_input=raw.get("token_input"),
                     operand_inputs=need(raw, "operand_inputs", list, f + ".operand_inputs"),
                     scale=float(need(raw, "scale", (int, float), f + ".scale")),
-                    requested_scale=raw.get("requested_scale"), lowering=raw.get("lowering")))
+                    requested_scale=raw.get("requested_scale"), lowering=raw.get("lowering"),
+                    token_mixed_into_operand=bool(raw.get("token_mixed_into_operand", False))))
             except TypeError as e:
                 raise BundleError(f"{where}: field '{f}': {e}") from None
             ti = colls[-1].token_input
@@ -478,7 +481,8 @@ def _analyze_into(text: str, manifest: Manifest, calls: list[dict[str, Any]], wh
         call = next(it) if (recorded and c["op"] == "all_reduce") else None
         manifest.collectives.append(Collective(
             op=c["op"], reduce=c["reduce"], replica_groups=c["replica_groups"],
-            token_input=c["token_input"], operand_inputs=c["operand_inputs"], scale=c["scale"],
+            token_input=c["token_input"], token_mixed_into_operand=c["token_mixed_into_operand"],
+            operand_inputs=c["operand_inputs"], scale=c["scale"],
             requested_scale=None if call is None else call["requested_scale"],
             lowering=None if call is None else call["lowering"]))
 
@@ -741,6 +745,7 @@ def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str) -> Bundle:
     for c in m.collectives:
         colls.append(dataclasses.replace(
             c, token_input=new_index.get(c.token_input) if c.token_input is not None else None,
+            token_mixed_into_operand=c.token_mixed_into_operand and c.token_input in new_index,
             operand_inputs=[new_index[i] for i in c.operand_inputs if i in new_index]))
     manifest = dataclasses.replace(m, inputs=inputs, collectives=colls, transforms=m.transforms + [transform])
     used = {inp.file for inp in inputs if inp.file}

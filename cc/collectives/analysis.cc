@@ -180,7 +180,47 @@ StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>&
     }
   };
 
+  // Tokens mixed into a data operand: torch_xla's TokenHandler::GetInput adds the (always zero)
+  // token, broadcast, to the operand of collectives without a token operand (all_gather,
+  // reduce_scatter, ...). A scalar constant argument counts as such a token when every use of it
+  // goes, through single-use broadcasts/converts, into an add whose result only feeds collectives'
+  // data operands.
+  std::vector<std::optional<int64_t>> mixed_token_of_op(num_ops);  // collective -> argument
   std::set<int64_t> token_inputs;
+  for (int64_t arg = 0; arg < graph.num_args; ++arg) {
+    if (!graph.values[arg].shape.empty() || declared[arg].kind != InputKind::kConstant || uses[arg].empty()) continue;
+    std::vector<int64_t> consumers;
+    bool all_mixed = true;
+    for (const Use& first : uses[arg]) {
+      Use u = first;
+      int64_t v = arg;
+      while (u.op_index >= 0 && IsTransparent(graph.ops[u.op_index].name) &&
+             graph.ops[u.op_index].results.size() == 1 && uses[graph.ops[u.op_index].results[0]].size() == 1) {
+        v = graph.ops[u.op_index].results[0];
+        u = uses[v][0];
+      }
+      const bool is_add = u.op_index >= 0 && graph.ops[u.op_index].name == "stablehlo.add" &&
+                          graph.ops[u.op_index].results.size() == 1;
+      if (!is_add) { all_mixed = false; break; }
+      const auto& add_uses = uses[graph.ops[u.op_index].results[0]];
+      if (add_uses.empty()) { all_mixed = false; break; }
+      for (const Use& au : add_uses) {
+        if (au.op_index < 0 || CollectiveName(graph.ops[au.op_index].name).empty() ||
+            is_token[au.op_index][au.operand]) {
+          all_mixed = false;
+          break;
+        }
+        consumers.push_back(au.op_index);
+      }
+      if (!all_mixed) break;
+    }
+    if (!all_mixed) continue;
+    token_inputs.insert(arg);
+    for (int64_t c : consumers) {
+      if (!mixed_token_of_op[c]) mixed_token_of_op[c] = arg;
+    }
+  }
+
   std::vector<int64_t> visit_mark(n, -1);
   for (int64_t i = 0; i < num_ops; ++i) {
     const Op& op = graph.ops[i];
@@ -222,7 +262,13 @@ StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>&
         stack.push_back(def.operands[k]);
       }
     }
-    c.operand_inputs.assign(deps.begin(), deps.end());
+    if (mixed_token_of_op[i]) {
+      c.token_input = mixed_token_of_op[i];
+      c.token_mixed_into_operand = true;
+    }
+    for (int64_t d : deps) {
+      if (!token_inputs.count(d)) c.operand_inputs.push_back(d);
+    }
 
     // Scale: the first data result's only use is a multiply by a constant.
     for (size_t k = 0; k < op.results.size(); ++k) {

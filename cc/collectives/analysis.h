@@ -2,6 +2,9 @@
 //   - a collective token is a scalar operand k of a collective whose result k is unused, or used
 //     only as the token operand of later collectives (torch_xla threads one token through every
 //     all-reduce of a graph). Its value is never looked at.
+//   - for collectives without a token operand (all_gather, reduce_scatter, ...), torch_xla adds
+//     the zero token, broadcast, into the data operand: a scalar constant argument whose every
+//     use is such an add feeding collectives only is a token too.
 //   - a collective's scale is the constant its (only) data result is multiplied by, when that
 //     multiply is the result's only use; 1.0 otherwise.
 #ifndef TXE_CC_COLLECTIVES_ANALYSIS_H_
@@ -42,6 +45,7 @@ struct Collective {
   std::vector<std::vector<int64_t>> replica_groups;
   std::vector<int64_t> token_operands;   // operand positions holding a token
   std::optional<int64_t> token_input;    // the main argument the token comes from
+  bool token_mixed_into_operand = false; // token added into the data operand (no token operand)
   std::vector<int64_t> operand_inputs;   // main arguments the data operands depend on, sorted
   double scale = 1.0;
   std::optional<int64_t> scale_op_index;  // the multiply that applies the scale

@@ -162,6 +162,43 @@ TEST(AnalyzeTest, UnusedArgumentsAndOtherCollectives) {
   EXPECT_TRUE(a->token_inputs.empty());
 }
 
+// torch_xla's all_gather: main(%token, %x); all_gather(x + broadcast(token)).
+TEST(AnalyzeTest, TokenMixedIntoOperand) {
+  Builder b;
+  const int64_t token = b.Arg({});
+  const int64_t x = b.Arg({4, 3});
+  const int64_t bt = b.Add("stablehlo.broadcast_in_dim", {token}, {{4, 3}})[0];
+  const int64_t sum = b.Add("stablehlo.add", {x, bt}, {{4, 3}})[0];
+  const int64_t g = b.Add("stablehlo.all_gather", {sum}, {{8, 3}})[0];
+  auto a = Analyze(b.Return({g}), Declared({InputKind::kConstant, InputKind::kUserInput}));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->input_kinds[0], InputKind::kCollectiveToken);
+  ASSERT_EQ(a->collectives.size(), 1u);
+  EXPECT_EQ(a->collectives[0].token_input, std::optional<int64_t>(0));
+  EXPECT_TRUE(a->collectives[0].token_mixed_into_operand);
+  EXPECT_TRUE(a->collectives[0].token_operands.empty());
+  EXPECT_EQ(a->collectives[0].operand_inputs, std::vector<int64_t>{1});
+}
+
+// The same add from a user input, or from a constant also used elsewhere, is data, not a token.
+TEST(AnalyzeTest, AddedScalarWithOtherUsesIsNotAToken) {
+  for (InputKind kind : {InputKind::kUserInput, InputKind::kConstant}) {
+    Builder b;
+    const int64_t s = b.Arg({});
+    const int64_t x = b.Arg({4});
+    const int64_t bs = b.Add("stablehlo.broadcast_in_dim", {s}, {{4}})[0];
+    const int64_t sum = b.Add("stablehlo.add", {x, bs}, {{4}})[0];
+    const int64_t g = b.Add("stablehlo.all_gather", {sum}, {{8}})[0];
+    std::vector<int64_t> ret = {g};
+    if (kind == InputKind::kConstant) ret.push_back(b.Add("stablehlo.negate", {s}, {{}})[0]);
+    auto a = Analyze(b.Return(ret), Declared({kind, InputKind::kUserInput}));
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(a->input_kinds[0], kind);
+    EXPECT_FALSE(a->collectives[0].token_input.has_value());
+    EXPECT_EQ(a->collectives[0].operand_inputs, (std::vector<int64_t>{0, 1}));
+  }
+}
+
 TEST(AnalyzeTest, RejectsMalformedGraphs) {
   Graph g;
   g.values = {{{}, "f32"}};

@@ -277,3 +277,27 @@ def test_kwargs_and_user_input_positions():
     got = export.run(bundle, a.numpy(), b.numpy(), c.numpy())[0]
     np.testing.assert_array_equal(got, compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, a, b, c)[0])
     np.testing.assert_allclose(got, (a * c - b * 2).numpy(), rtol=1e-6)
+
+
+def test_all_gather_token_mixed_into_operand(tmp_path):
+    """torch_xla has no token operand on all_gather: it adds the zero token, broadcast, into the
+    data operand (TokenHandler::GetInput). Recognised from that structure too."""
+
+    class Gather(torch.nn.Module):
+        def forward(self, x):
+            g = torch.ops._c10d_functional.all_gather_into_tensor(x * 2, 1, "")
+            return torch.ops._c10d_functional.wait_tensor(g)
+
+    x = torch.randn(4, 3)
+    bundle = export.export(Gather(), (x,))
+    assert [i.kind for i in bundle.manifest.inputs] == ["collective_token", "user_input"]
+    (c,) = bundle.manifest.collectives
+    assert (c.op, c.reduce, c.token_input, c.token_mixed_into_operand, c.operand_inputs) == (
+        "all_gather", None, 0, True, [1])
+    assert c.replica_groups == [[0]]
+    want = compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, x)[0]
+    np.testing.assert_array_equal(export.run(bundle, x.numpy())[0], want)
+    stripped = export.strip_tokens(bundle)
+    assert [i.kind for i in stripped.manifest.inputs] == ["user_input"]
+    assert stripped.manifest.collectives[0].token_mixed_into_operand is False
+    np.testing.assert_array_equal(export.run(stripped, x.numpy())[0], want)

@@ -73,6 +73,7 @@ TXE_PYBIND_SUBMODULE(collectives, m) {
           d["replica_groups"] = c.replica_groups;
           d["token_operands"] = c.token_operands;
           d["token_input"] = c.token_input;
+          d["token_mixed_into_operand"] = c.token_mixed_into_operand;
           d["operand_inputs"] = c.operand_inputs;
           d["scale"] = c.scale;
           d["scale_op_index"] = c.scale_op_index;
