@@ -58,6 +58,17 @@ def test_run_n_replicas_equals_torch_xla_on_n_cpu_devices(setup, tmp_path):
     np.testing.assert_array_equal(ours[0][0], ours[1][0])  # an all-reduce result is replicated
 
 
+def test_torch_xla_cpu_replicas_abort_when_threads_compile_concurrently(setup, tmp_path):
+    """Why the worker lets replica 0 compile first: torch_xla 2.9 compiles the graph in every
+    device thread, and concurrently compiled executables wait in XLA's rendezvous under different
+    op_ids for the same all-reduce, so XLA aborts the process after its 10 s timeout."""
+    _, _, per_replica = setup
+    proc, _ = _torch_xla_replicas(tmp_path, per_replica, "--concurrent-compile")
+    assert proc.returncode != 0
+    assert "Termination timeout for `all reduce RendezvousKey" in proc.stderr
+    assert "Expected 2 threads to join the rendezvous, but only 1 of them arrived" in proc.stderr
+
+
 def test_run_n_replicas_equals_shard_map_psum(setup):
     model, bundle, per_replica = setup
     w = model.lin.weight.detach().numpy()
