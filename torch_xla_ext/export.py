@@ -17,6 +17,7 @@ of a collective whose matching result is unused (or only feeds later collectives
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -37,6 +38,7 @@ __all__ = [
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 MODULE_FILE = "module.mlir"
+ARTIFACT_FILE = "module.mlirbc"  # StableHLO portable artifact (VHLO bytecode) of the same module
 INPUT_KINDS = ("user_input", "parameter", "buffer", "constant", "collective_token")
 
 # MLIR element type <-> numpy dtype name (bfloat16 through ml_dtypes).
@@ -101,6 +103,7 @@ class Manifest:
     unused_inputs: list[dict[str, Any]]     # user inputs torch_xla dropped: {"position", "shape", "dtype"}
     num_user_inputs: int
     transforms: list[str] = dataclasses.field(default_factory=list)
+    portable_artifact_version: str | None = None  # StableHLO version module.mlirbc targets
     format_version: int = FORMAT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,7 +168,8 @@ class Manifest:
             outputs=need(d, "outputs", list, "outputs"),
             unused_inputs=need(d, "unused_inputs", list, "unused_inputs"),
             num_user_inputs=need(d, "num_user_inputs", int, "num_user_inputs"),
-            transforms=list(d.get("transforms", [])), format_version=version)
+            transforms=list(d.get("transforms", [])),
+            portable_artifact_version=d.get("portable_artifact_version"), format_version=version)
 
     def table(self) -> str:
         """The manifest as two plain-text tables (inputs, collectives)."""
@@ -218,13 +222,20 @@ class Bundle:
         return {i.name: self.arrays[i.file] for i in self.manifest.inputs
                 if i.kind in ("parameter", "buffer") and i.file in self.arrays}
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Writes manifest.json, module.mlir and one .npy per array under `path`.
+    def save(self, path: str | os.PathLike, *, portable_artifact: bool = True) -> None:
+        """Writes manifest.json, module.mlir (text), module.mlirbc (the StableHLO portable
+        artifact, stable across StableHLO versions) and one .npy per array under `path`.
 
         Example: ``bundle.save("/tmp/exported")``.
         """
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
+        manifest = self.manifest
+        if portable_artifact:
+            version, data = _portable_artifact(self.module_text)
+            with open(os.path.join(path, ARTIFACT_FILE), "wb") as f:
+                f.write(data)
+            manifest = dataclasses.replace(manifest, portable_artifact_version=version)
         for key, arr in self.arrays.items():
             dest = os.path.join(path, key)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -232,7 +243,16 @@ class Bundle:
         with open(os.path.join(path, MODULE_FILE), "w") as f:
             f.write(self.module_text)
         with open(os.path.join(path, MANIFEST_FILE), "w") as f:
-            f.write(self.manifest.to_json(indent=2))
+            f.write(manifest.to_json(indent=2))
+
+
+def _portable_artifact(text: str) -> tuple[str, bytes]:
+    from jax._src.lib.mlir.dialects import hlo
+
+    ctx, module = _parse(text, MODULE_FILE)
+    with ctx:
+        version = hlo.get_current_version()
+        return version, hlo.serialize_portable_artifact(module, version)
 
 
 @dataclasses.dataclass
@@ -518,6 +538,19 @@ def _load_npy(path: str, field: str) -> np.ndarray:
     return arr
 
 
+@contextlib.contextmanager
+def _typed_errors():
+    """Plain ValueError / FileNotFoundError from _compat readers become this module's types."""
+    try:
+        yield
+    except (BundleError, BundleFileNotFoundError):
+        raise
+    except FileNotFoundError as e:
+        raise BundleFileNotFoundError(str(e)) from None
+    except ValueError as e:
+        raise BundleError(str(e)) from None
+
+
 def load(path: str | os.PathLike) -> Bundle:
     """Loads a bundle written by :meth:`Bundle.save`, or torch_xla's own `save_as_stablehlo`
     directory, and validates it against the module's `main` (argument count, shapes, dtypes).
@@ -532,7 +565,8 @@ def load(path: str | os.PathLike) -> Bundle:
 
     mpath = os.path.join(path, MANIFEST_FILE)
     if not os.path.exists(mpath) and _shlo.is_saved_dir(path):
-        tx = _shlo.read_saved_dir(path, _load_npy)
+        with _typed_errors():
+            tx = _shlo.read_saved_dir(path, _load_npy)
         return _bundle_from_torch_xla(tx, None, None, None, where=path + "/")
     if not os.path.exists(mpath):
         raise BundleFileNotFoundError(f"{mpath}: missing (and {path} is not a save_as_stablehlo directory)")
@@ -543,10 +577,18 @@ def load(path: str | os.PathLike) -> Bundle:
             raise BundleError(f"{mpath}: not JSON ({e})") from None
     manifest = Manifest.from_dict(raw, mpath)
     modpath = os.path.join(path, MODULE_FILE)
-    if not os.path.exists(modpath):
-        raise BundleFileNotFoundError(f"{modpath}: missing")
-    with open(modpath) as f:
-        text = f.read()
+    artpath = os.path.join(path, ARTIFACT_FILE)
+    if os.path.exists(modpath):
+        with open(modpath) as f:
+            text = f.read()
+    elif os.path.exists(artpath):
+        from torch_xla_ext._compat import stablehlo as _shlo
+
+        with open(artpath, "rb") as f, _typed_errors():
+            text = _shlo.portable_artifact_to_text(f.read(), artpath)
+        modpath = artpath
+    else:
+        raise BundleFileNotFoundError(f"{modpath}: missing (and no {ARTIFACT_FILE})")
     ctx, module = _parse(text, modpath)
     with ctx:
         main = _main(module, modpath)

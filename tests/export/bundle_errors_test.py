@@ -103,6 +103,7 @@ def test_missing_file(bundle_dir):
         export.load(bundle_dir)
     assert str(path) in str(e.value) and isinstance(e.value, FileNotFoundError)
     os.remove(bundle_dir / "module.mlir")
+    os.remove(bundle_dir / "module.mlirbc")
     with pytest.raises(export.BundleFileNotFoundError, match="module.mlir"):
         export.load(bundle_dir)
     os.remove(bundle_dir / "manifest.json")
@@ -138,6 +139,13 @@ def test_bad_manifest_fields(bundle_dir, edit, match):
     edit(m)
     _write_manifest(bundle_dir, m)
     with pytest.raises(export.BundleError, match=match):
+        export.load(bundle_dir)
+
+
+def test_corrupt_portable_artifact(bundle_dir):
+    os.remove(bundle_dir / "module.mlir")
+    (bundle_dir / "module.mlirbc").write_bytes(b"ML\xefR garbage")
+    with pytest.raises(export.BundleError, match="module.mlirbc: not a StableHLO portable artifact"):
         export.load(bundle_dir)
 
 

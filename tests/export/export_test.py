@@ -2,6 +2,7 @@
 own execution of the same export, save/load, torch_xla's save_as_stablehlo dirs, the all_reduce
 wrapper's scale and hook records, strip_tokens and inline_constants."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -178,14 +179,19 @@ def test_save_load_round_trip(two, tmp_path):
     model, args, bundle = two
     bundle.save(tmp_path)
     files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert "manifest.json" in files and "module.mlir" in files
-    assert all(f.endswith(".npy") for f in files if f not in ("manifest.json", "module.mlir"))
+    assert {"manifest.json", "module.mlir", "module.mlirbc"} <= set(files)
+    assert all(f.endswith(".npy") for f in files if f not in ("manifest.json", "module.mlir", "module.mlirbc"))
     loaded = export.load(tmp_path)
-    assert loaded.manifest == bundle.manifest
+    assert dataclasses.replace(loaded.manifest, portable_artifact_version=None) == bundle.manifest
     assert loaded.arrays.keys() == bundle.arrays.keys()
     for k in bundle.arrays:
         np.testing.assert_array_equal(loaded.arrays[k], bundle.arrays[k])
     np.testing.assert_array_equal(export.run(str(tmp_path), *_np(args))[0], export.run(bundle, *_np(args))[0])
+    assert loaded.manifest.portable_artifact_version is not None
+    # Without the text, the portable artifact (module.mlirbc) is read.
+    os.remove(tmp_path / "module.mlir")
+    from_artifact = export.load(tmp_path)
+    np.testing.assert_array_equal(export.run(from_artifact, *_np(args))[0], export.run(bundle, *_np(args))[0])
 
 
 def test_load_torch_xla_save_as_stablehlo_dir(two, tmp_path):

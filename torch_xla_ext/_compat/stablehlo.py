@@ -131,7 +131,7 @@ def read_saved_dir(path: str, load_npy) -> TorchXlaExport:
     if text is None:
         if bytecode is None:
             raise FileNotFoundError(f"{fdir}: neither {name}.mlir nor {name}.bytecode")
-        text = _portable_artifact_to_text(bytecode, bc_path)
+        text = portable_artifact_to_text(bytecode, bc_path)
     state: dict[str, np.ndarray] = {}
     ddir = os.path.join(path, "data")
     if os.path.isdir(ddir):
@@ -148,7 +148,7 @@ def read_saved_dir(path: str, load_npy) -> TorchXlaExport:
     return _from_meta(meta, text, state, consts, bytecode)
 
 
-def _portable_artifact_to_text(data: bytes, path: str) -> str:
+def portable_artifact_to_text(data: bytes, path: str) -> str:
     from jax._src.interpreters import mlir as jmlir
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import hlo
