@@ -307,3 +307,18 @@ def test_all_gather_token_mixed_into_operand(tmp_path):
     assert [i.kind for i in stripped.manifest.inputs] == ["user_input"]
     assert stripped.manifest.collectives[0].token_mixed_into_operand is False
     np.testing.assert_array_equal(export.run(stripped, x.numpy())[0], want)
+
+
+def test_manifest_shows_a_dropped_scale():
+    """A lowering that records its call through the hook but drops the scale (as xm.all_reduce
+    does at world size 1) shows up as requested_scale 0.5 next to the applied scale 1.0."""
+
+    class DroppingLowering(torch.nn.Module):
+        def forward(self, x):
+            collectives.record_all_reduce("sum", 0.5, 1.0, lowering="all_reduce (scale dropped)")
+            return compat.c10d_all_reduce(x, "sum")
+
+    bundle = export.export(DroppingLowering(), (torch.randn(3),))
+    (c,) = bundle.manifest.collectives
+    assert (c.scale, c.requested_scale, c.lowering) == (1.0, 0.5, "all_reduce (scale dropped)")
+    assert "0.5" in bundle.manifest.table().splitlines()[-1]
