@@ -331,11 +331,48 @@ bool IsNarrowFloat(std::string_view element_type) {
   return element_type == "bf16" || element_type == "f16";
 }
 
-std::vector<RoundingPoint> FindRoundingPoints(const HloModule& module) {
+bool IsElementwiseOpcode(std::string_view opcode) {
+  static const auto* kOps = new std::unordered_set<std::string_view>{
+      "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder",
+      "atan2", "negate", "abs", "exponential", "exponential-minus-one", "log", "log-plus-one",
+      "sqrt", "rsqrt", "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "floor", "ceil",
+      "round-nearest-even", "round-nearest-afz", "sign", "clamp", "erf", "select"};
+  return kOps->count(opcode) > 0;
+}
+
+namespace {
+
+// Narrow-float elementwise ops whose every user converts them to a wider float.
+std::unordered_set<std::string> WidenedOps(const HloComputation& comp) {
+  std::unordered_map<std::string, std::vector<const HloInstruction*>> users;
+  for (const HloInstruction& ins : comp.instructions) {
+    for (const std::string& o : ins.operands) users[o].push_back(&ins);
+  }
+  std::unordered_set<std::string> widened;
+  for (const HloInstruction& ins : comp.instructions) {
+    if (!IsNarrowFloat(ins.shape.element_type) || !IsElementwiseOpcode(ins.opcode) || ins.name == comp.root) {
+      continue;
+    }
+    auto it = users.find(ins.name);
+    if (it == users.end()) continue;
+    bool all_widen = std::all_of(it->second.begin(), it->second.end(), [](const HloInstruction* u) {
+      return u->opcode == "convert" && (u->shape.element_type == "f32" || u->shape.element_type == "f64");
+    });
+    if (all_widen) widened.insert(ins.name);
+  }
+  return widened;
+}
+
+}  // namespace
+
+std::vector<RoundingPoint> FindRoundingPoints(const HloModule& module, const RoundingPointOptions& options) {
   std::vector<RoundingPoint> points;
   for (const HloComputation& comp : module.computations) {
+    std::unordered_set<std::string> widened;
+    if (options.excess_precision) widened = WidenedOps(comp);
     for (const HloInstruction& ins : comp.instructions) {
       if (!IsArithmeticOpcode(ins.opcode) || !IsNarrowFloat(ins.shape.element_type)) continue;
+      if (widened.count(ins.name)) continue;
       RoundingPoint p{comp.name, ins.name, ins.opcode, ins.shape.element_type, "", ""};
       for (const std::string& operand : ins.operands) {
         const HloInstruction* src = comp.Find(operand);
@@ -345,7 +382,8 @@ std::vector<RoundingPoint> FindRoundingPoints(const HloModule& module) {
              ++hops) {
           src = comp.Find(src->operands.front());
         }
-        if (src && IsArithmeticOpcode(src->opcode) && IsNarrowFloat(src->shape.element_type)) {
+        if (src && IsArithmeticOpcode(src->opcode) && IsNarrowFloat(src->shape.element_type) &&
+            !widened.count(src->name)) {
           p.after = src->name;
           p.after_opcode = src->opcode;
           break;

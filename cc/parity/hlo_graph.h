@@ -88,8 +88,18 @@ struct RoundingPoint {
   std::string after_opcode;
 };
 
+struct RoundingPointOptions {
+  // XLA's xla_allow_excess_precision (on by default): a narrow-float elementwise op whose every
+  // user converts it to f32/f64 is computed in the wider type and does not round.
+  bool excess_precision = true;
+};
+
 // In computation order, then program order.
-std::vector<RoundingPoint> FindRoundingPoints(const HloModule& module);
+std::vector<RoundingPoint> FindRoundingPoints(const HloModule& module,
+                                              const RoundingPointOptions& options = {});
+
+// Elementwise opcodes (a subset of the arithmetic ones, plus select).
+bool IsElementwiseOpcode(std::string_view opcode);
 
 }  // namespace txe::parity
 

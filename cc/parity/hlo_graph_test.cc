@@ -121,3 +121,39 @@ TEST(ParseHloTextTest, DynamicDimensionsAndScalars) {
 
 }  // namespace
 }  // namespace txe::parity
+
+namespace txe::parity {
+namespace {
+
+// torch_xla's lowering of bf16 (x * 1.7 + 0.3) * x: the bf16 add is only converted to f32, so
+// with excess precision XLA computes it in f32 and it does not round.
+constexpr char kWidened[] = R"(HloModule m
+ENTRY %e (p0: bf16[4], p1: f32[], p2: bf16[]) -> bf16[4] {
+  %p0 = bf16[4]{0} parameter(0)
+  %convert.1 = f32[4]{0} convert(bf16[4]{0} %p0)
+  %p1 = f32[] parameter(1)
+  %broadcast.2 = f32[4]{0} broadcast(f32[] %p1), dimensions={}
+  %multiply.3 = f32[4]{0} multiply(f32[4]{0} %convert.1, f32[4]{0} %broadcast.2)
+  %convert.4 = bf16[4]{0} convert(f32[4]{0} %multiply.3)
+  %p2 = bf16[] parameter(2)
+  %broadcast.5 = bf16[4]{0} broadcast(bf16[] %p2), dimensions={}
+  %add.6 = bf16[4]{0} add(bf16[4]{0} %convert.4, bf16[4]{0} %broadcast.5)
+  %convert.7 = f32[4]{0} convert(bf16[4]{0} %add.6)
+  %multiply.8 = f32[4]{0} multiply(f32[4]{0} %convert.7, f32[4]{0} %convert.1)
+  ROOT %convert.9 = bf16[4]{0} convert(f32[4]{0} %multiply.8)
+}
+)";
+
+TEST(FindRoundingPointsTest, ExcessPrecisionDropsOpsOnlyConvertedToF32) {
+  auto m = ParseHloText(kWidened);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(FindRoundingPoints(*m).empty());
+  RoundingPointOptions strict;
+  strict.excess_precision = false;
+  std::vector<RoundingPoint> points = FindRoundingPoints(*m, strict);
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_EQ(points[0].instruction, "add.6");
+}
+
+}  // namespace
+}  // namespace txe::parity

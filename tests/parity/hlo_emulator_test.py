@@ -173,3 +173,41 @@ def test_hlo_errors_are_value_errors_of_the_project():
         parity.parse_hlo_text("HloModule m\n")
     assert isinstance(info.value, TorchXlaExtError)
     assert "ENTRY" in str(info.value)
+
+
+# torch_xla's lowering of bf16 (x * 1.7 + 0.3) * x: the bf16 add's only user converts it to f32.
+WIDENED = """HloModule m
+ENTRY %e (p0: bf16[64], p1: f32[], p2: bf16[]) -> bf16[64] {
+  %p0 = bf16[64]{0} parameter(0)
+  %convert.1 = f32[64]{0} convert(bf16[64]{0} %p0)
+  %p1 = f32[] parameter(1)
+  %broadcast.2 = f32[64]{0} broadcast(f32[] %p1), dimensions={}
+  %multiply.3 = f32[64]{0} multiply(f32[64]{0} %convert.1, f32[64]{0} %broadcast.2)
+  %convert.4 = bf16[64]{0} convert(f32[64]{0} %multiply.3)
+  %p2 = bf16[] parameter(2)
+  %broadcast.5 = bf16[64]{0} broadcast(bf16[] %p2), dimensions={}
+  %add.6 = bf16[64]{0} add(bf16[64]{0} %convert.4, bf16[64]{0} %broadcast.5)
+  %convert.7 = f32[64]{0} convert(bf16[64]{0} %add.6)
+  %multiply.8 = f32[64]{0} multiply(f32[64]{0} %convert.7, f32[64]{0} %convert.1)
+  ROOT %convert.9 = bf16[64]{0} convert(f32[64]{0} %multiply.8)
+}
+"""
+
+
+def test_excess_precision_keeps_an_op_only_converted_to_f32_unrounded():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(64).astype(BF16)
+    args = [x, np.float32(1.7), np.array(0.3, BF16)]
+    f32 = np.float32
+    xf = x.astype(f32)
+    m = (xf * f32(1.7)).astype(BF16).astype(f32)  # the explicit convert.4 rounds
+    add = m + np.array(0.3, BF16).astype(f32)
+    kept = (add * xf).astype(BF16)  # XLA's default: add.6 stays f32
+    rounded = (add.astype(BF16).astype(f32) * xf).astype(BF16)
+    assert (kept.view(np.uint16) != rounded.view(np.uint16)).any()  # the model matters here
+    (got,) = parity.emulate_hlo(WIDENED, args)
+    np.testing.assert_array_equal(got.view(np.uint16), kept.view(np.uint16))
+    (strict,) = parity.emulate_hlo(WIDENED, args, excess_precision=False)
+    np.testing.assert_array_equal(strict.view(np.uint16), rounded.view(np.uint16))
+    assert parity.rounding_points(WIDENED) == []
+    assert [p.instruction for p in parity.rounding_points(WIDENED, excess_precision=False)] == ["add.6"]

@@ -65,6 +65,13 @@ TXE_PYBIND_SUBMODULE(parity, m) {
       },
       py::arg("text"), "Parses HLO text into computations and instructions. See cc/parity/hlo_graph.h.");
 
-  m.def("find_rounding_points", &txe::parity::FindRoundingPoints, py::arg("module"),
-        "Ops storing a computed value in bf16/f16, with the narrow-float op feeding each, if any.");
+  m.def(
+      "find_rounding_points",
+      [](const HloModule& module, bool excess_precision) {
+        txe::parity::RoundingPointOptions options;
+        options.excess_precision = excess_precision;
+        return txe::parity::FindRoundingPoints(module, options);
+      },
+      py::arg("module"), py::arg("excess_precision") = true,
+      "Ops storing a computed value in bf16/f16, with the narrow-float op feeding each, if any.");
 }
