@@ -386,11 +386,15 @@ def _run(entry: _Entry, leaves: list) -> Any:
     return jax.tree_util.tree_unflatten(entry.out_treedef, outs)
 
 
+# Dynamo cannot trace JAX (its pytree and tracing code is C++); inside torch.compile the call is a
+# graph break and runs as lazy-tensor code, which is what it is.
+@torch.compiler.disable
 def call_jax(jax_fn: Callable, args: tuple, kwargs: dict | None = None, *, name: str | None = None) -> Any:
     """Runs ``jax_fn(*args, **kwargs)`` as one node of torch_xla's lazy graph.
 
     Tensor leaves must be XLA tensors; other leaves are static. Returns the output pytree with
     XLA tensors for its array leaves. Only the tensors JAX keeps are passed to the computation.
+    Under ``torch.compile`` the call is a graph break (Dynamo cannot trace JAX).
 
     Example:
         >>> y = call_jax(lambda a, b: a @ b, (x, w))
