@@ -104,6 +104,8 @@ class Manifest:
     num_user_inputs: int
     transforms: list[str] = dataclasses.field(default_factory=list)
     portable_artifact_version: str | None = None  # StableHLO version module.mlirbc targets
+    # Collectives inside while/case bodies, which `collectives` does not describe: {"op", "inside"}
+    nested_collectives: list[dict[str, str]] = dataclasses.field(default_factory=list)
     format_version: int = FORMAT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,7 +171,8 @@ class Manifest:
             unused_inputs=need(d, "unused_inputs", list, "unused_inputs"),
             num_user_inputs=need(d, "num_user_inputs", int, "num_user_inputs"),
             transforms=list(d.get("transforms", [])),
-            portable_artifact_version=d.get("portable_artifact_version"), format_version=version)
+            portable_artifact_version=d.get("portable_artifact_version"),
+            nested_collectives=list(d.get("nested_collectives", [])), format_version=version)
 
     def table(self) -> str:
         """The manifest as two plain-text tables (inputs, collectives)."""
@@ -192,6 +195,9 @@ class Manifest:
             out.append(_format_table(crow))
         else:
             out.append("(no collectives)")
+        if self.nested_collectives:
+            out.append("not described (inside regions): " +
+                       ", ".join(f"{c['op']} in {c['inside']}" for c in self.nested_collectives))
         if self.transforms:
             out.append("transforms: " + ", ".join(self.transforms))
         return "\n\n".join(out)
@@ -473,6 +479,33 @@ def _build_graph(ctx, module, where: str):
     return values, num_args, ops, returned
 
 
+_COLLECTIVE_OPS = {f"stablehlo.{n}" for n in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                "collective_permute", "collective_broadcast")}
+
+
+def _nested_collectives(ctx, module, where: str) -> list[dict[str, str]]:
+    """Collectives inside regions of main's ops (while/case bodies): the analysis sees main's top
+    level only, so these are listed in the manifest rather than described."""
+    found: list[dict[str, str]] = []
+
+    def walk(op, top: str) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if o.name in _COLLECTIVE_OPS:
+                        found.append({"op": o.name[len("stablehlo."):], "inside": top})
+                    walk(o, top)
+
+    with ctx:
+        for op in _main(module, where).regions[0].blocks[0].operations:
+            o = op.operation
+            if o.name in _COLLECTIVE_OPS:
+                continue  # its region is the reduction body
+            walk(o, o.name)
+    return found
+
+
 def _splat_float(attr) -> float:
     from jax._src.lib.mlir import ir
 
@@ -487,6 +520,7 @@ def _splat_float(attr) -> float:
 def _analyze_into(text: str, manifest: Manifest, calls: list[dict[str, Any]], where: str) -> None:
     ctx, module = _parse(text, where)
     values, num_args, ops, returned = _build_graph(ctx, module, where)
+    manifest.nested_collectives = _nested_collectives(ctx, module, where)
     _check_signature(values[:num_args], manifest, where)
     declared = [(i.kind if i.kind != "collective_token" else "constant", i.value) for i in manifest.inputs]
     a = _core.analyze(values, num_args, ops, returned, declared)

@@ -322,3 +322,36 @@ def test_manifest_shows_a_dropped_scale():
     (c,) = bundle.manifest.collectives
     assert (c.scale, c.requested_scale, c.lowering) == (1.0, 0.5, "all_reduce (scale dropped)")
     assert "0.5" in bundle.manifest.table().splitlines()[-1]
+
+
+def test_collectives_inside_regions_are_listed_not_missed():
+    """The analysis describes main's top level; a collective in a while body is listed as such."""
+    text = """
+    func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %c0 = stablehlo.constant dense<0> : tensor<i32>
+      %c3 = stablehlo.constant dense<3> : tensor<i32>
+      %c1 = stablehlo.constant dense<1> : tensor<i32>
+      %r:2 = stablehlo.while(%i = %c0, %v = %x) : tensor<i32>, tensor<4xf32>
+        cond {
+          %p = stablehlo.compare LT, %i, %c3 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+          stablehlo.return %p : tensor<i1>
+        } do {
+          %s = "stablehlo.all_reduce"(%v) <{replica_groups = dense<> : tensor<0x0xi64>}> ({
+          ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+            %t = stablehlo.add %a, %b : tensor<f32>
+            stablehlo.return %t : tensor<f32>
+          }) : (tensor<4xf32>) -> tensor<4xf32>
+          %j = stablehlo.add %i, %c1 : tensor<i32>
+          stablehlo.return %j, %s : tensor<i32>, tensor<4xf32>
+        }
+      return %r#1 : tensor<4xf32>
+    }
+    """
+    manifest = export.Manifest(inputs=[export.Input(0, "user_input", [4], "float32", position=0)],
+                               collectives=[], outputs=[], unused_inputs=[], num_user_inputs=1)
+    export._analyze_into(text, manifest, [], "module.mlir")
+    assert manifest.collectives == []
+    assert manifest.nested_collectives == [{"op": "all_reduce", "inside": "stablehlo.while"}]
+    assert "all_reduce in stablehlo.while" in manifest.table()
+    bundle = export.Bundle(text, manifest, {})
+    np.testing.assert_array_equal(export.run(bundle, np.ones(4, np.float32))[0], np.ones(4, np.float32))
