@@ -248,6 +248,10 @@ class _Interpreter:
             return ops[0][int(a["index"])]
         if op in ("copy", "bitcast", "optimization-barrier"):
             return ops[0]
+        if op == "all-reduce":
+            # The replay is one replica (parity runs in one process, world size 1): reducing over
+            # one replica returns each operand (data and torch_xla's token) unchanged.
+            return tuple(ops) if len(ops) > 1 else ops[0]
         if op == "custom-call" and a.get("custom_call_target", "").strip('"') in _IDENTITY_CUSTOM_CALLS:
             return ops[0]  # SPMD annotations: the value is unchanged
         if op == "convert":
@@ -688,8 +692,11 @@ class ParityReport:
                 )
             if o.unrounded is not None:
                 u = o.unrounded
+                verdict = {True: "same math", False: "different math", None: "unknown"}[o.same_math]
                 lines.append(
-                    f"  HLO replayed in fp64 without rounding vs fp64 golden: {u.mismatched}/{u.total} mismatched"
+                    f"  HLO replayed in fp64 without rounding vs fp64 golden: {u.mismatched}/{u.total} mismatched "
+                    f"at fp64 tolerances, max error {o.unrounded_error:.3g} vs the run's {max(o.xla_error, o.cpu_error):.3g}"
+                    f" ({verdict})"
                 )
         if self.layers:
             lines += ["", "layer  scan==loop  XLA vs CPU mismatched  XLA err    CPU err"]

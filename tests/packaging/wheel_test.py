@@ -78,3 +78,13 @@ def test_console_script_runs_embedded_example(venv, tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "XLA vs CPU, bf16 linear" in out.stdout and "Mismatched elements:" in out.stdout
+
+
+def test_doctor_runs_from_the_installed_wheel(venv, tmp_path):
+    out = subprocess.run([str(venv / "bin" / "torch-xla-ext"), "doctor", "--out", "report", "--steps", "2"],
+                         cwd=tmp_path, env=_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "torch-xla-ext doctor: embedded example" in out.stdout
+    for f in ("report.md", "report.json", "graph_breaks.png", "numerics_ulp.png", "bundle/manifest.json"):
+        assert (tmp_path / "report" / f).is_file(), f
+    assert "[4/4] graph_breaks" in out.stderr  # progress went to stderr

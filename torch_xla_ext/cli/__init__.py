@@ -9,7 +9,7 @@ import os
 import sys
 
 # Components with a subcommand, in the order `--help` lists them.
-_COMMANDS = ("numerics", "graph_breaks", "parity", "export")
+_COMMANDS = ("numerics", "export", "parity", "graph_breaks", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,89 @@
+"""`torch-xla-ext doctor` on the embedded example and on a --model factory: the report directory,
+its sections and the facts each component establishes about the model."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from torch_xla_ext import doctor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("doctor")
+    lines = []
+    report = doctor.run(str(out), steps=3, progress=lines.append)
+    return out, report, lines
+
+
+def test_report_directory(embedded):
+    out, report, lines = embedded
+    for f in ("report.md", "report.json", "numerics_ulp.png", "graph_breaks.png", "bundle/manifest.json",
+              "bundle/module.mlir", "bundle/module.mlirbc"):
+        assert (out / f).is_file(), f
+    assert (out / "numerics_ulp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report.ok, report.summary()
+    assert [s.name for s in report.sections] == ["parity", "export", "call_jax", "graph_breaks"]
+    assert any(line.startswith("[4/4] graph_breaks") for line in lines)  # progress while it runs
+    md = (out / "report.md").read_text()
+    assert "![graph breaks, lazy vs dynamo](graph_breaks.png)" in md and "## call_jax" in md
+
+
+def test_sections_state_what_each_component_found(embedded):
+    out, _, _ = embedded
+    data = json.loads((out / "report.json").read_text())["sections"]
+    # parity: fp32 agrees with CPU eager; bf16 gets a verdict with an explanation either way.
+    assert data["parity"]["fp32"]["verdict"] == "PASS"
+    assert data["parity"]["bf16"]["verdict"] in ("PASS", "FAIL") and data["parity"]["bf16"]["explanation"]
+    # export: the all-reduce's token is typed, the scale is recorded, the JAX run is bit-equal.
+    m = data["export"]["manifest"]
+    assert [i["kind"] for i in m["inputs"]].count("collective_token") == 1
+    (c,) = m["collectives"]
+    assert (c["op"], c["reduce"], c["scale"], c["requested_scale"]) == ("all_reduce", "sum", 0.5, 0.5)
+    assert all(r["max_ulp"] == 0 for r in data["export"]["run_vs_torch_xla"])
+    assert data["export"]["stripped_inputs"] == len(m["inputs"]) - 1
+    # call_jax: the gate ignores its third argument, so 2 of 3 leaves reach the HLO module.
+    assert data["call_jax"]["num_hlo_params"] == 2 and data["call_jax"]["dropped"] == ["args[2]"]
+    # graph breaks: lazy mode has no FX graph; dynamo breaks at the print and at the JAX call.
+    lazy, dyn = data["graph_breaks"]["modes"]["lazy"]["report"], data["graph_breaks"]["modes"]["dynamo"]["report"]
+    assert lazy["fx_graphs"] == 0 and dyn["fx_graphs"] >= 3
+    reasons = " ".join(b["reason"] for b in dyn["fx_breaks"]).lower()
+    assert "print" in reasons
+    assert dyn["xla_partitions"] >= dyn["fx_graphs"]
+
+
+def _cli(*args, cwd):
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(doctor.__file__)))
+    path = os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=path)
+    return subprocess.run([sys.executable, "-m", "torch_xla_ext", "doctor", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+def test_user_model_through_the_cli(tmp_path):
+    proc = _cli("--model", "user_models:tiny", "--out", str(tmp_path / "r"), "--steps", "2", cwd=HERE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch-xla-ext doctor: user_models:tiny" in proc.stdout
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert list(data["sections"]) == ["parity", "export", "graph_breaks"]  # no JAX call to explain
+    assert data["sections"]["parity"]["fp32"]["verdict"] == "PASS"
+    kinds = [i["kind"] for i in data["sections"]["export"]["manifest"]["inputs"]]
+    assert sorted(kinds) == ["parameter"] * 4 + ["user_input"]
+    assert data["sections"]["graph_breaks"]["modes"]["dynamo"]["report"]["fx_breaks"] == []
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("user_models", "--model: expected module:factory"),
+    ("no_such_module:f", "--model: cannot import 'no_such_module'"),
+    ("user_models:missing", "--model: user_models has no callable 'missing'"),
+    ("user_models:not_a_pair", "must return (nn.Module, inputs)"),
+])
+def test_bad_model_spec_names_the_flag(tmp_path, spec, message):
+    proc = _cli("--model", spec, "--out", str(tmp_path / "r"), cwd=HERE)
+    assert proc.returncode == 2
+    assert message in proc.stderr

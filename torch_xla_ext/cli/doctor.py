@@ -1,0 +1,32 @@
+"""`torch-xla-ext doctor`: every component on one model, one report directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from torch_xla_ext.cli import progress
+
+
+def _run(args: argparse.Namespace) -> int:
+    from torch_xla_ext import doctor
+
+    if args.steps < 1:
+        raise ValueError(f"--steps: expected >= 1, got {args.steps}")
+    report = doctor.run(args.out, model=args.model, steps=args.steps, progress=progress)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="one report over parity, export, call_jax and graph breaks",
+        description="Run every component on the embedded example (a transformer-like block with an "
+        "all-reduce, a JAX call with an unused argument, a graph break and a CPU-fallback op, in fp32 "
+        "and bf16) or on --model, and write report.md, report.json, PNG plots and the exported bundle.",
+    )
+    p.add_argument("--model", metavar="MODULE:FACTORY",
+                   help="a function returning (nn.Module, inputs); default: the embedded example")
+    p.add_argument("--out", default="doctor-report", metavar="DIR", help="report directory (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per graph-break mode (default: %(default)s)")
+    p.set_defaults(func=_run)
