@@ -172,6 +172,13 @@ def world_size() -> int:
     return int(runtime.world_size())
 
 
+def device_type() -> str:
+    """The PJRT device type of this process ("CPU", "TPU", "CUDA", ...)."""
+    from torch_xla import runtime
+
+    return str(runtime.device_type())
+
+
 def c10d_all_reduce(tensor: Any, reduce_type: str) -> Any:
     """The traceable all-reduce over all replicas that xm.all_reduce uses for scale == 1.0 and
     no groups: torch.ops._c10d_functional.all_reduce with the default group ("")."""
