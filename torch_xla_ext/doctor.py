@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
 import os
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_xla_ext import collectives, jax_call
+from torch_xla_ext._factory import resolve
 from torch_xla_ext.errors import TorchXlaExtError
 
 __all__ = ["DoctorBlock", "DoctorReport", "example", "run"]
@@ -126,25 +126,8 @@ def example() -> tuple[DoctorBlock, tuple[torch.Tensor]]:
 # ---- a --model factory ----------------------------------------------------------------------
 
 
-def load_factory(spec: str) -> Callable[[], Any]:
-    """'module:function' -> the function (the module may sit in the current directory)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise DoctorError(f"--model: expected module:factory, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise DoctorError(f"--model: cannot import {module_name!r} ({e})") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise DoctorError(f"--model: {module_name} has no callable {attr!r}")
-    return factory
-
-
 def _made(spec: str) -> tuple[torch.nn.Module, tuple]:
-    made = load_factory(spec)()
+    made = resolve(spec, error=DoctorError)()
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise DoctorError(f"--model: {spec}() must return (nn.Module, inputs), got {type(made).__name__}")
     inputs = made[1] if isinstance(made[1], tuple) else (made[1],)

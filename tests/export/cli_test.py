@@ -51,7 +51,7 @@ def test_export_options_and_errors(tmp_path):
     proc = _cli("export", "--model", "models", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "--model: expected module:factory" in proc.stderr
     proc = _cli("export", "--model", "models:nope", "--out", str(tmp_path / "x"))
-    assert proc.returncode == 2 and "has no 'nope'" in proc.stderr
+    assert proc.returncode == 2 and "has no callable 'nope'" in proc.stderr
 
     os.remove(out / "manifest.json")
     proc = _cli("inspect", str(out))

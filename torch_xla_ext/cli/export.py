@@ -4,33 +4,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import sys
 
+from torch_xla_ext._factory import resolve
 from torch_xla_ext.cli import progress
-
-
-def _factory(spec: str):
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--model: expected module:factory, got '{spec}'")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`, models next to the caller import
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"--model: cannot import '{module_name}' ({e})") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"--model: module '{module_name}' has no '{attr}'") from None
 
 
 def _run_export(args: argparse.Namespace) -> int:
     from torch_xla_ext import export
 
-    made = _factory(args.model)()
+    made = resolve(args.model)()
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise TypeError(f"--model: {args.model}() must return (model, args) or (model, args, kwargs)")
     model, example_args, kwargs = (made + (None,))[:3]

@@ -4,23 +4,9 @@ the embedded pytorch/xla#8747 example (scan over 4 patched nn.Linear(128, 128), 
 from __future__ import annotations
 
 import argparse
-import importlib
 
+from torch_xla_ext._factory import resolve
 from torch_xla_ext.cli import progress
-
-
-def _load_factory(spec: str):
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--model: expected module:factory, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"--model: cannot import module {module_name!r} ({e})") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ValueError(f"--model: {module_name} has no callable {attr!r}")
-    return factory
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -29,7 +15,7 @@ def _run(args: argparse.Namespace) -> int:
     tol = {} if args.rtol is None and args.atol is None else {"rtol": args.rtol, "atol": args.atol}
     if args.model:
         progress(f"building {args.model}")
-        made = _load_factory(args.model)()
+        made = resolve(args.model)()
         if isinstance(made, dict) and "layers" in made:
             progress(f"scan_layers parity over {len(made['layers'])} layers ({args.dtype})")
             report = parity.scan_layers(made["layers"], made["x"], dtype=args.dtype,
