@@ -16,7 +16,7 @@ develop: setup
 	@install -m 755 bazel-bin/torch_xla_ext/_ext.so torch_xla_ext/_ext$(EXT_SUFFIX)
 
 example: develop
-	@PJRT_DEVICE=CPU $(PY) -m torch_xla_ext numerics
+	@PJRT_DEVICE=CPU $(PY) -m torch_xla_ext doctor --out doctor-report
 
 test: setup
 	@python/run_tests.sh
