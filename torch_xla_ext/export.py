@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import tokenize
 from typing import Any, Sequence
 
 import numpy as np
@@ -116,63 +117,112 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = MANIFEST_FILE) -> "Manifest":
-        def need(obj, key, types, field):
-            if not isinstance(obj, dict) or key not in obj:
+        """Validates every field (type, range, cross-references) before building: a manifest is
+        untrusted input, and every later use (load, run, table, transforms) relies on it."""
+        def need(obj, key, field, check, expected, optional=False):
+            if not isinstance(obj, dict):
+                raise BundleError(f"{where}: field '{field.rsplit('.', 1)[0]}' is not an object")
+            if key not in obj or (optional and obj[key] is None):
+                if optional:
+                    return None
                 raise BundleError(f"{where}: missing field '{field}'")
-            if not isinstance(obj[key], types):
-                raise BundleError(f"{where}: field '{field}' has type {type(obj[key]).__name__}")
+            if not check(obj[key]):
+                raise BundleError(f"{where}: field '{field}' is {_short(obj[key])}, expected {expected}")
             return obj[key]
 
-        version = need(d, "format_version", int, "format_version")
+        def items(obj, key, field):
+            return need(obj, key, field, lambda v: isinstance(v, list), "a list")
+
+        def shape(obj, field):
+            return list(need(obj, "shape", field + ".shape", _is_shape, "a list of non-negative ints"))
+
+        def dtype(obj, field):
+            v = need(obj, "dtype", field + ".dtype", _is_str, "a dtype name")
+            if v not in _MLIR_TYPES:
+                raise BundleError(f"{where}: field '{field}.dtype' is unknown dtype {_short(v)} "
+                                  f"(expected one of {', '.join(_MLIR_TYPES)})")
+            return v
+
+        version = need(d, "format_version", "format_version", _is_int, "an int")
         if version != FORMAT_VERSION:
             raise BundleError(f"{where}: format_version {version} is not supported (expected {FORMAT_VERSION})")
+        num_user = need(d, "num_user_inputs", "num_user_inputs", lambda v: _is_int(v) and v >= 0,
+                        "a non-negative int")
+        position_ok = (lambda v: _is_int(v) and 0 <= v < num_user)
+        positions: dict[int, str] = {}
+
+        def position(obj, field):
+            p = need(obj, "position", field + ".position", position_ok, f"an int in [0, num_user_inputs={num_user})")
+            if p in positions:
+                raise BundleError(f"{where}: field '{field}.position' is {p}, already the position of {positions[p]}")
+            positions[p] = field
+            return p
+
         inputs = []
-        for i, raw in enumerate(need(d, "inputs", list, "inputs")):
+        for i, raw in enumerate(items(d, "inputs", "inputs")):
             f = f"inputs[{i}]"
-            kind = need(raw, "kind", str, f + ".kind")
+            kind = need(raw, "kind", f + ".kind", lambda v: isinstance(v, str), "a string")
             if kind not in INPUT_KINDS:
                 raise BundleError(f"{where}: field '{f}.kind' is unknown kind '{kind}' (expected one of {', '.join(INPUT_KINDS)})")
-            index = need(raw, "index", int, f + ".index")
+            index = need(raw, "index", f + ".index", _is_int, "an int")
             if index != i:
                 raise BundleError(f"{where}: field '{f}.index' is {index}, expected {i}")
-            shape = need(raw, "shape", list, f + ".shape")
-            dtype = need(raw, "dtype", str, f + ".dtype")
-            if dtype not in _MLIR_TYPES:
-                raise BundleError(f"{where}: field '{f}.dtype' is unknown dtype '{dtype}'")
-            inp = Input(index, kind, [int(s) for s in shape], dtype, raw.get("position"), raw.get("name"),
-                        raw.get("value"), raw.get("file"))
-            if kind == "user_input" and not isinstance(inp.position, int):
-                raise BundleError(f"{where}: field '{f}.position' is required for a user_input")
-            if kind in ("parameter", "buffer", "constant") and not isinstance(inp.file, str):
+            inp = Input(index, kind, shape(raw, f), dtype(raw, f),
+                        name=need(raw, "name", f + ".name", _is_str, "a string", optional=True),
+                        value=need(raw, "value", f + ".value", _is_number, "a number", optional=True),
+                        file=need(raw, "file", f + ".file", _is_bundle_path, "a relative path inside the bundle",
+                                  optional=True))
+            if kind == "user_input":
+                inp.position = position(raw, f)
+            if kind in ("parameter", "buffer", "constant") and inp.file is None:
                 raise BundleError(f"{where}: field '{f}.file' is required for a {kind}")
-            if kind == "collective_token" and not isinstance(inp.value, (int, float)):
+            if kind == "collective_token" and inp.value is None:
                 raise BundleError(f"{where}: field '{f}.value' is required for a collective_token")
             inputs.append(inp)
+        in_range = (lambda v: _is_int(v) and 0 <= v < len(inputs))
         colls = []
-        for i, raw in enumerate(need(d, "collectives", list, "collectives")):
+        for i, raw in enumerate(items(d, "collectives", "collectives")):
             f = f"collectives[{i}]"
-            try:
-                colls.append(Collective(
-                    op=need(raw, "op", str, f + ".op"), reduce=raw.get("reduce"),
-                    replica_groups=need(raw, "replica_groups", list, f + ".replica_groups"),
-                    token_input=raw.get("token_input"),
-                    operand_inputs=need(raw, "operand_inputs", list, f + ".operand_inputs"),
-                    scale=float(need(raw, "scale", (int, float), f + ".scale")),
-                    requested_scale=raw.get("requested_scale"), lowering=raw.get("lowering"),
-                    token_mixed_into_operand=bool(raw.get("token_mixed_into_operand", False))))
-            except TypeError as e:
-                raise BundleError(f"{where}: field '{f}': {e}") from None
+            colls.append(Collective(
+                op=need(raw, "op", f + ".op", _is_str, "a string"),
+                reduce=need(raw, "reduce", f + ".reduce", _is_str, "a string or null", optional=True),
+                replica_groups=need(raw, "replica_groups", f + ".replica_groups", _is_groups,
+                                    "a list of lists of non-negative ints"),
+                token_input=need(raw, "token_input", f + ".token_input", _is_int, "an int or null", optional=True),
+                operand_inputs=need(raw, "operand_inputs", f + ".operand_inputs",
+                                    lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v),
+                                    "a list of input indices"),
+                scale=float(need(raw, "scale", f + ".scale", _is_number, "a number")),
+                requested_scale=need(raw, "requested_scale", f + ".requested_scale", _is_number,
+                                     "a number or null", optional=True),
+                lowering=need(raw, "lowering", f + ".lowering", _is_str, "a string or null", optional=True),
+                token_mixed_into_operand=bool(need(raw, "token_mixed_into_operand", f + ".token_mixed_into_operand",
+                                                   lambda v: isinstance(v, bool), "a bool", optional=True))))
             ti = colls[-1].token_input
-            if ti is not None and not (isinstance(ti, int) and 0 <= ti < len(inputs)):
+            if ti is not None and not in_range(ti):
                 raise BundleError(f"{where}: field '{f}.token_input' {ti} is not an input index")
+            # operand_inputs are range-checked by load after the argument count, the clearer error
+        outputs = []
+        for i, raw in enumerate(items(d, "outputs", "outputs")):
+            outputs.append({"shape": shape(raw, f"outputs[{i}]"), "dtype": dtype(raw, f"outputs[{i}]")})
+        unused = []
+        for i, raw in enumerate(items(d, "unused_inputs", "unused_inputs")):
+            f = f"unused_inputs[{i}]"
+            unused.append({"position": position(raw, f), "shape": shape(raw, f), "dtype": dtype(raw, f)})
+        nested = []
+        for i, raw in enumerate(need(d, "nested_collectives", "nested_collectives", lambda v: isinstance(v, list),
+                                     "a list", optional=True) or []):
+            f = f"nested_collectives[{i}]"
+            nested.append({"op": need(raw, "op", f + ".op", _is_str, "a string"),
+                           "inside": need(raw, "inside", f + ".inside", _is_str, "a string")})
         return cls(
-            inputs=inputs, collectives=colls,
-            outputs=need(d, "outputs", list, "outputs"),
-            unused_inputs=need(d, "unused_inputs", list, "unused_inputs"),
-            num_user_inputs=need(d, "num_user_inputs", int, "num_user_inputs"),
-            transforms=list(d.get("transforms", [])),
-            portable_artifact_version=d.get("portable_artifact_version"),
-            nested_collectives=list(d.get("nested_collectives", [])), format_version=version)
+            inputs=inputs, collectives=colls, outputs=outputs, unused_inputs=unused, num_user_inputs=num_user,
+            transforms=list(need(d, "transforms", "transforms",
+                                 lambda v: isinstance(v, list) and all(_is_str(t) for t in v),
+                                 "a list of strings", optional=True) or []),
+            portable_artifact_version=need(d, "portable_artifact_version", "portable_artifact_version", _is_str,
+                                           "a string or null", optional=True),
+            nested_collectives=nested, format_version=version)
 
     def table(self) -> str:
         """The manifest as two plain-text tables (inputs, collectives)."""
@@ -201,6 +251,40 @@ class Manifest:
         if self.transforms:
             out.append("transforms: " + ", ".join(self.transforms))
         return "\n\n".join(out)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    # JSON numbers only; a huge int must still convert to a float.
+    return (isinstance(v, float) or _is_int(v)) and (isinstance(v, float) or abs(v) < 2**1023)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_shape(v: Any) -> bool:
+    return isinstance(v, list) and all(_is_int(s) and s >= 0 for s in v)
+
+
+def _is_groups(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(g, list) and all(_is_int(x) and x >= 0 for x in g) for g in v)
+
+
+def _is_bundle_path(v: Any) -> bool:
+    """A relative path that stays inside the bundle directory (no absolute paths, no '..')."""
+    if not isinstance(v, str) or not v or "\x00" in v or os.path.isabs(v):
+        return False
+    norm = os.path.normpath(v)
+    return norm != ".." and not norm.startswith(".." + os.sep)
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _format_table(rows: list[tuple[str, ...]]) -> str:
@@ -350,15 +434,26 @@ def _bundle_from_torch_xla(tx, kinds_by_target: dict[str, str] | None, num_user:
                            calls: list[dict[str, Any]] | None, where: str = "") -> Bundle:
     inputs: list[Input] = []
     arrays: dict[str, np.ndarray] = {}
+
+    def check(arr, shape, dtype, file, i):
+        # Read from disk (load): the file must hold what input_signature says main takes.
+        if where and (list(arr.shape) != list(shape) or _dtype_name(arr.dtype) != dtype):
+            raise BundleError(f"{where}{file}: {_dtype_name(arr.dtype)}{list(arr.shape)} but meta field "
+                              f"'input_signature[{i}]' is {dtype}{list(shape)}")
+        return arr
+
     for i, (loc, (shape, tdtype)) in enumerate(zip(tx.input_locations, tx.input_signature)):
         dtype = _torch_dtype_name(tdtype)
         if loc.type == "input_arg":
+            if loc.position < 0 or any(p.position == loc.position for p in inputs if p.kind == "user_input"):
+                raise BundleError(f"{where}meta: input_locations[{i}].position {loc.position} is negative "
+                                  f"or repeated")
             inputs.append(Input(i, "user_input", shape, dtype, position=loc.position))
         elif loc.type == "parameter":
             if loc.name not in tx.state_dict:
                 raise BundleError(f"{where}data/{loc.name}: missing weight for main argument {i}")
             kind = (kinds_by_target or {}).get(loc.name, "parameter")
-            arr = tx.state_dict[loc.name]
+            arr = check(tx.state_dict[loc.name], shape, dtype, f"data/{loc.name}", i)
             key = _array_key(kind, loc.name, i)
             arrays[key] = arr
             value = float(arr) if arr.ndim == 0 and kind == "constant" else None
@@ -366,7 +461,7 @@ def _bundle_from_torch_xla(tx, kinds_by_target: dict[str, str] | None, num_user:
         elif loc.type == "constant":
             if not 0 <= loc.position < len(tx.additional_constants):
                 raise BundleError(f"{where}constants/{loc.position}: missing constant for main argument {i}")
-            arr = tx.additional_constants[loc.position]
+            arr = check(tx.additional_constants[loc.position], shape, dtype, f"constants/{loc.position}", i)
             key = f"constants/{loc.position}.npy"
             arrays[key] = arr
             value = float(arr) if arr.ndim == 0 else None
@@ -424,9 +519,11 @@ def _main(module, where: str):
     raise BundleError(f"{where}: module has no function 'main'")
 
 
-def _tensor_type(t) -> tuple[list[int], str]:
+def _tensor_type(t, where: str = "value") -> tuple[list[int], str]:
     from jax._src.lib.mlir import ir
 
+    if not ir.RankedTensorType.isinstance(t) or not ir.RankedTensorType(t).has_static_shape:
+        raise BundleError(f"{where}: type {t} is not a statically shaped tensor")
     rt = ir.RankedTensorType(t)
     et = str(rt.element_type)
     return list(rt.shape), _ELEMENT_TYPES.get(et, et)
@@ -441,9 +538,9 @@ def _build_graph(ctx, module, where: str):
         block = main.regions[0].blocks[0]
         values: list[tuple[list[int], str]] = []
         ids: dict[Any, int] = {}
-        for a in block.arguments:
+        for k, a in enumerate(block.arguments):
             ids[a] = len(values)
-            values.append(_tensor_type(a.type))
+            values.append(_tensor_type(a.type, f"{where}: main's argument {k}"))
         num_args = len(values)
         ops, returned = [], []
         for op in block.operations:
@@ -558,18 +655,66 @@ def _check_signature(arg_types: list[tuple[list[int], str]], manifest: Manifest,
 
 
 def _load_npy(path: str, field: str) -> np.ndarray:
+    """Reads a plain numeric .npy without unpickling: the header is checked (dtype kind, shape,
+    data size against the file size) before any data is read, so a corrupt header can neither
+    reach the pickle path nor make numpy allocate what the file does not hold."""
     if not os.path.exists(path):
         raise BundleFileNotFoundError(f"{path}: missing (referenced by {field})")
+    fmt = np.lib.format
     try:
         with open(path, "rb") as f:
-            arr = np.load(f, allow_pickle=False)
-    except ValueError as e:  # pickled object arrays, truncated data, bad headers
+            size = os.fstat(f.fileno()).st_size
+            version = fmt.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"unsupported .npy format version {version}")
+            read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, fortran_order, dtype = read_header(f)
+            if dtype.kind not in "biuf" or dtype.hasobject or dtype.fields is not None or dtype.subdtype:
+                raise ValueError(f"dtype {dtype.str} is not a plain numeric dtype")
+            if any(s < 0 for s in shape):
+                raise ValueError(f"negative dimension in shape {shape}")
+            nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if size - f.tell() != nbytes:
+                raise ValueError(f"header says {nbytes} bytes of data ({dtype.str}{list(shape)}), "
+                                 f"the file holds {size - f.tell()}")
+            data = f.read(nbytes)
+    except IsADirectoryError:
+        raise BundleError(f"{path}: a directory, not an .npy file ({field})") from None
+    except (ValueError, SyntaxError, tokenize.TokenError, RecursionError) as e:  # bad magic, header, size
         raise BundleError(f"{path}: not a plain numeric .npy file ({field}): {e}") from None
     except (OSError, EOFError) as e:
         raise BundleError(f"{path}: unreadable .npy ({field}): {e}") from None
-    if not isinstance(arr, np.ndarray) or arr.dtype.hasobject:
-        raise BundleError(f"{path}: not a plain numeric .npy file ({field})")
-    return arr
+    arr = np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
+    return arr.astype(dtype.newbyteorder("="))  # a copy in native byte order (what JAX takes)
+
+
+def _read(path: str, what: str, binary: bool = False):
+    """The whole file at `path`; OS and encoding failures become our typed errors naming it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise BundleFileNotFoundError(f"{path}: missing ({what})") from None
+    except IsADirectoryError:
+        raise BundleError(f"{path}: a directory, not a file ({what})") from None
+    except OSError as e:
+        raise BundleError(f"{path}: unreadable ({what}): {e.strerror or e}") from None
+    if binary:
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BundleError(f"{path}: not UTF-8 text ({what}): {e}") from None
+
+
+def _read_json(path: str, what: str) -> Any:
+    text = _read(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BundleError(f"{path}: not JSON ({e})") from None
+    except RecursionError:
+        raise BundleError(f"{path}: not JSON we accept (nested too deeply)") from None
 
 
 @contextlib.contextmanager
@@ -583,6 +728,8 @@ def _typed_errors():
         raise BundleFileNotFoundError(str(e)) from None
     except ValueError as e:
         raise BundleError(str(e)) from None
+    except OSError as e:  # a directory or a symlink loop where a file should be
+        raise BundleError(f"{e.filename}: unreadable: {e.strerror or e}") from None
 
 
 def load(path: str | os.PathLike) -> Bundle:
@@ -598,36 +745,34 @@ def load(path: str | os.PathLike) -> Bundle:
     from torch_xla_ext._compat import stablehlo as _shlo
 
     mpath = os.path.join(path, MANIFEST_FILE)
-    if not os.path.exists(mpath) and _shlo.is_saved_dir(path):
+    if not os.path.lexists(mpath) and _shlo.is_saved_dir(path):
         with _typed_errors():
             tx = _shlo.read_saved_dir(path, _load_npy)
-        return _bundle_from_torch_xla(tx, None, None, None, where=path + "/")
+            return _bundle_from_torch_xla(tx, None, None, None, where=path + "/")
     if not os.path.exists(mpath):
         raise BundleFileNotFoundError(f"{mpath}: missing (and {path} is not a save_as_stablehlo directory)")
-    with open(mpath) as f:
-        try:
-            raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise BundleError(f"{mpath}: not JSON ({e})") from None
-    manifest = Manifest.from_dict(raw, mpath)
+    manifest = Manifest.from_dict(_read_json(mpath, "the manifest"), mpath)
     modpath = os.path.join(path, MODULE_FILE)
     artpath = os.path.join(path, ARTIFACT_FILE)
     if os.path.exists(modpath):
-        with open(modpath) as f:
-            text = f.read()
+        text = _read(modpath, "the module's text")
     elif os.path.exists(artpath):
-        from torch_xla_ext._compat import stablehlo as _shlo
-
-        with open(artpath, "rb") as f, _typed_errors():
-            text = _shlo.portable_artifact_to_text(f.read(), artpath)
+        data = _read(artpath, "the module's portable artifact", binary=True)
+        with _typed_errors():
+            text = _shlo.portable_artifact_to_text(data, artpath)
         modpath = artpath
     else:
         raise BundleFileNotFoundError(f"{modpath}: missing (and no {ARTIFACT_FILE})")
     ctx, module = _parse(text, modpath)
     with ctx:
         main = _main(module, modpath)
-        arg_types = [_tensor_type(a.type) for a in main.regions[0].blocks[0].arguments]
+        arg_types = [_tensor_type(a.type, f"{modpath}: main's argument {k}")
+                     for k, a in enumerate(main.regions[0].blocks[0].arguments)]
     _check_signature(arg_types, manifest, modpath)
+    for k, c in enumerate(manifest.collectives):
+        if any(i >= len(manifest.inputs) for i in c.operand_inputs):
+            raise BundleError(f"{mpath}: field 'collectives[{k}].operand_inputs' is {c.operand_inputs}, "
+                              f"but there are {len(manifest.inputs)} inputs")
     arrays: dict[str, np.ndarray] = {}
     for inp in manifest.inputs:
         if inp.file is None:
@@ -690,7 +835,11 @@ def _executable(text: str, n: int):
         opts.num_replicas = n
         opts.num_partitions = 1
         opts.device_assignment = xc.DeviceAssignment.create(np.arange(n).reshape(n, 1))
-        exe = devices[0].client.compile_and_load(code, xc.DeviceList(tuple(devices)), opts)
+        try:
+            exe = devices[0].client.compile_and_load(code, xc.DeviceList(tuple(devices)), opts)
+        except xc.XlaRuntimeError as e:  # parses and verifies, but XLA cannot compile it
+            detail = " ".join(str(e).splitlines()[:2])
+            raise BundleError(f"{MODULE_FILE}: XLA cannot compile main ({detail})") from None
         _EXECUTABLES[key] = (exe, devices)
     return _EXECUTABLES[key]
 
@@ -709,7 +858,11 @@ def _arguments(bundle: Bundle, user_inputs: Sequence[Any], replica: int | None) 
                 raise RunInputError(f"{where}[{inp.position}]: expected {inp.dtype}{inp.shape}, "
                                     f"got {_dtype_name(a.dtype)}{list(a.shape)}")
         elif inp.kind == "collective_token":
-            a = np.asarray(inp.value, dtype=_np_dtype(inp.dtype))
+            try:
+                a = np.asarray(inp.value, dtype=_np_dtype(inp.dtype))
+            except (ValueError, OverflowError) as e:  # NaN or out of range for an integer dtype
+                raise BundleError(f"{MANIFEST_FILE}: field 'inputs[{inp.index}].value' {inp.value!r} is not "
+                                  f"a {inp.dtype}: {e}") from None
         else:
             a = bundle.arrays[inp.file]
         args.append(np.ascontiguousarray(a))

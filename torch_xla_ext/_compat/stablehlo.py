@@ -37,28 +37,73 @@ class TorchXlaExport:
     bytecode: bytes | None = None
 
 
-def _from_meta(meta: Any, text: str, state_dict, constants, bytecode=None) -> TorchXlaExport:
-    """Reads a StableHLOFunctionMeta (object, or the dict its JSON form loads to)."""
+def _from_meta(meta: Any, text: str, state_dict, constants, bytecode=None,
+               where: str = "meta") -> TorchXlaExport:
+    """Reads a StableHLOFunctionMeta (object, or the dict its JSON form loads to). A malformed
+    JSON meta raises ValueError naming `where` and the field."""
 
-    def get(obj, key):
-        return obj[key] if isinstance(obj, dict) else getattr(obj, key)
+    def get(obj, key, field):
+        if isinstance(obj, dict):
+            if key not in obj:
+                raise ValueError(f"{where}: missing field '{field}'")
+            return obj[key]
+        if not hasattr(obj, key):
+            raise ValueError(f"{where}: field '{field}' is missing (got {type(obj).__name__})")
+        return getattr(obj, key)
 
-    def vtype(t):
-        return t if isinstance(t, str) else t.value
+    def items(obj, key, field):
+        v = get(obj, key, field)
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{where}: field '{field}' is {type(v).__name__}, expected a list")
+        return v
 
-    locations = [
-        InputLocation(vtype(get(loc, "type_")), int(get(loc, "position")), str(get(loc, "name")))
-        for loc in get(meta, "input_locations")
-    ]
-    sig = lambda vs: [(list(get(v, "shape")), str(get(v, "dtype"))) for v in vs]  # noqa: E731
+    def integer(v, field):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{where}: field '{field}' is {v!r}, expected an int")
+        return v
+
+    def shape(v, field):
+        dims = items(v, "shape", field + ".shape")
+        for k, s in enumerate(dims):
+            if integer(s, f"{field}.shape[{k}]") < 0:
+                raise ValueError(f"{where}: field '{field}.shape[{k}]' is {s}, expected >= 0")
+        return list(dims)
+
+    def string(v, field):
+        if not isinstance(v, str):
+            raise ValueError(f"{where}: field '{field}' is {type(v).__name__}, expected a string")
+        return v
+
+    def vtype(t, field):
+        return string(t if isinstance(t, str) else getattr(t, "value", t), field)
+
+    locations = []
+    for k, loc in enumerate(items(meta, "input_locations", "input_locations")):
+        f = f"input_locations[{k}]"
+        locations.append(InputLocation(vtype(get(loc, "type_", f + ".type_"), f + ".type_"),
+                                       integer(get(loc, "position", f + ".position"), f + ".position"),
+                                       string(get(loc, "name", f + ".name"), f + ".name")))
+
+    def sig(key):
+        return [(shape(v, f"{key}[{k}]"), string(get(v, "dtype", f"{key}[{k}].dtype"), f"{key}[{k}].dtype"))
+                for k, v in enumerate(items(meta, key, key))]
+
     unused = []
-    for loc, v in get(meta, "unused_inputs") or []:
-        unused.append((int(get(loc, "position")), list(get(v, "shape")), str(get(v, "dtype"))))
+    raw_unused = get(meta, "unused_inputs", "unused_inputs") or []
+    if not isinstance(raw_unused, (list, tuple)):
+        raise ValueError(f"{where}: field 'unused_inputs' is {type(raw_unused).__name__}, expected a list")
+    for k, pair in enumerate(raw_unused):
+        f = f"unused_inputs[{k}]"
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(f"{where}: field '{f}' is not a [location, signature] pair")
+        loc, v = pair
+        unused.append((integer(get(loc, "position", f + "[0].position"), f + "[0].position"),
+                       shape(v, f + "[1]"), string(get(v, "dtype", f + "[1].dtype"), f + "[1].dtype")))
     return TorchXlaExport(
         text=text,
         input_locations=locations,
-        input_signature=sig(get(meta, "input_signature")),
-        output_signature=sig(get(meta, "output_signature")),
+        input_signature=sig("input_signature"),
+        output_signature=sig("output_signature"),
         unused_inputs=unused,
         state_dict=state_dict,
         additional_constants=constants,
@@ -114,20 +159,21 @@ def read_saved_dir(path: str, load_npy) -> TorchXlaExport:
         raise FileNotFoundError(f"{fdir}: no <name>.meta file")
     name = "forward" if "forward.meta" in metas else metas[0][: -len(".meta")]
     meta_path = os.path.join(fdir, name + ".meta")
-    with open(meta_path) as f:
-        try:
-            meta = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{meta_path}: not JSON ({e})") from None
+    try:
+        meta = json.loads(_read(meta_path).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{meta_path}: not JSON ({type(e).__name__}: {e})") from None
     text = None
     bytecode = None
-    if os.path.exists(os.path.join(fdir, name + ".mlir")):
-        with open(os.path.join(fdir, name + ".mlir")) as f:
-            text = f.read()
+    text_path = os.path.join(fdir, name + ".mlir")
+    if os.path.exists(text_path):
+        try:
+            text = _read(text_path).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{text_path}: not UTF-8 text ({e})") from None
     bc_path = os.path.join(fdir, name + ".bytecode")
     if os.path.exists(bc_path):
-        with open(bc_path, "rb") as f:
-            bytecode = f.read()
+        bytecode = _read(bc_path)
     if text is None:
         if bytecode is None:
             raise FileNotFoundError(f"{fdir}: neither {name}.mlir nor {name}.bytecode")
@@ -145,7 +191,18 @@ def read_saved_dir(path: str, load_npy) -> TorchXlaExport:
             if not key.isdigit():
                 raise ValueError(f"{os.path.join(cdir, key)}: constant files are named by index")
             consts.append(load_npy(os.path.join(cdir, key), f"constants/{key}"))
-    return _from_meta(meta, text, state, consts, bytecode)
+    return _from_meta(meta, text, state, consts, bytecode, where=meta_path)
+
+
+def _read(path: str) -> bytes:
+    """A file's bytes; a directory or a symlink loop in its place is a ValueError naming it."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise ValueError(f"{path}: unreadable ({e.strerror or e})") from None
 
 
 def portable_artifact_to_text(data: bytes, path: str) -> str:
