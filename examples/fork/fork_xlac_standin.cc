@@ -1,0 +1,12 @@
+// The fork's extension module (its _XLAC.so) reduced to two entry points; it links its own
+// copy of cc/ statically, as a fork that vendors @txe//cc/... does.
+#include "cc/graph_breaks/hooks.h"
+#include "examples/fork/fork_lowering.h"
+
+extern "C" int fork_run_bridge() {
+  xla_fork::DynamoBridge bridge({"aten::mm", "aten::add.Tensor"});
+  auto run = bridge.Run(xla_fork::FxGraph{{{"mm", "aten::mm"}, {"digamma", "aten::digamma"}, {"add", "aten::add.Tensor"}}});
+  return run.ok() ? 0 : 1;
+}
+
+extern "C" int fork_lower_all_reduce() { return xla_fork::LowerAllReduce({"sum", 0.25, {}}, 1).ok() ? 0 : 1; }
