@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import tokenize
 from typing import Any, Sequence
@@ -496,10 +497,28 @@ def _torch_dtype_name(d: str) -> str:
 # --- the module's graph, for cc/collectives ----------------------------------------------------
 
 
+# MLIR's parser recurses once per nesting level of types, attributes and regions: a module
+# nested deeply enough overflows the stack (a segfault). Real modules nest a few dozen levels.
+_MAX_NESTING = 1000
+_BRACKET_STEP = np.zeros(256, np.int8)
+_BRACKET_STEP[[ord(c) for c in "([{<"]] = 1
+_BRACKET_STEP[[ord(c) for c in ")]}>"]] = -1
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest bracket nesting outside string literals (an upper bound on parser recursion)."""
+    bare = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text).replace("->", "")
+    step = _BRACKET_STEP[np.frombuffer(bare.encode("utf-8", "replace"), np.uint8)]
+    return int(np.cumsum(step, dtype=np.int64).max(initial=0))
+
+
 def _parse(text: str, where: str):
     from jax._src.interpreters import mlir as jmlir
     from jax._src.lib.mlir import ir
 
+    depth = _nesting_depth(text)
+    if depth > _MAX_NESTING:
+        raise BundleError(f"{where}: nested {depth} levels deep (more than {_MAX_NESTING}); not parsed")
     ctx = jmlir.make_ir_context()
     with ctx:
         try:

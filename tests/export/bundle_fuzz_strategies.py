@@ -138,7 +138,8 @@ _TYPES = st.sampled_from(["tensor<f32>", "tensor<2x4xf32>", "tensor<4xf32>", "te
 _SNIPPETS = st.sampled_from(["}", "{", "%arg0", "%0", "func.func @main() {\n  return\n}\n",
                              "func.func private @main() {\n  return\n}\n", "stablehlo.all_reduce", "@main",
                              "@forward", "\"stablehlo.custom_call\"() {call_target_name = \"x\"} : () -> ()\n",
-                             "module {}", "\x00", "\u2603"]) | st.text(max_size=6)
+                             "module {}", "\x00", "\u2603", "tuple<" * 60000, "[" * 60000 + "]" * 60000,
+                             "{" * 3000]) | st.text(max_size=6)
 MODULE_MUTATIONS = st.one_of(
     st.tuples(st.just("text_retype"), _node, _TYPES),
     st.tuples(st.just("text_edit"), _frac, st.integers(0, 40), _SNIPPETS),

@@ -230,3 +230,39 @@ def test_torch_xla_weight_disagrees_with_signature(theirs):
     os.replace(theirs / "data" / "lin.weight.npy", theirs / "data" / "lin.weight")
     with pytest.raises(export.BundleError, match=r"data/lin.weight: float32\[0\] but meta field 'input_signature\[\d\]' is float32\[4, 4\]"):
         export.load(theirs)
+
+
+def _nested_module(depth):
+    t = "tuple<" * depth + "tensor<f32>" + ">" * depth
+    return f"func.func @main(%arg0: {t}) -> {t} {{\n  return %arg0 : {t}\n}}\n"
+
+
+def test_deeply_nested_module_text_is_refused_not_a_crash(ours):
+    """MLIR's parser recursed per nesting level and overflowed the stack (SIGSEGV) at ~50k levels."""
+    (ours / "module.mlir").write_text(_nested_module(100000))
+    with pytest.raises(export.BundleError, match=r"module.mlir: nested 100002 levels deep \(more than 1000\)"):
+        export.load(ours)
+
+
+def _nested_artifact(depth):
+    from jax._src.interpreters import mlir as jmlir
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import hlo
+
+    with jmlir.make_ir_context():
+        module = ir.Module.parse(_nested_module(depth))
+        return hlo.serialize_portable_artifact(module, hlo.get_current_version())
+
+
+def test_deeply_nested_portable_artifact_is_refused_not_a_crash(ours, monkeypatch):
+    """The bytecode reader overflowed the main thread's stack at 10k levels (a 50 KB file): it now
+    runs on a big-stack thread, after a cap on type/attribute entries (depth <= entries)."""
+    from torch_xla_ext._compat import stablehlo as compat
+
+    os.remove(ours / "module.mlir")
+    (ours / "module.mlirbc").write_bytes(_nested_artifact(10000))
+    with pytest.raises(export.BundleError, match=r"module.mlirbc: nested 1000[0-9] levels deep"):
+        export.load(ours)
+    monkeypatch.setattr(compat, "_MAX_ATTR_TYPE_ENTRIES", 5000)
+    with pytest.raises(export.BundleError, match=r"module.mlirbc: 10012 attribute/type entries; more than 5000"):
+        export.load(ours)

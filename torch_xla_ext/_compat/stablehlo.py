@@ -205,7 +205,76 @@ def _read(path: str) -> bytes:
         raise ValueError(f"{path}: unreadable ({e.strerror or e})") from None
 
 
+# MLIR's bytecode reader and printer recurse once per level of type/attribute nesting, so a
+# crafted artifact overflows the stack (a segfault, not an exception). Deserialize on a thread
+# with a big stack, and refuse artifacts with more type/attribute entries than that stack can
+# nest (nesting depth <= number of entries, each level being a distinct entry).
+_READER_STACK_BYTES = 1 << 30
+_MAX_ATTR_TYPE_ENTRIES = 250_000
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """MLIR bytecode's prefix varint: trailing zeros of the first byte + 1 = its length in bytes."""
+    first = data[pos]
+    if first == 0:
+        return int.from_bytes(data[pos + 1:pos + 9], "little"), pos + 9
+    n = (first & -first).bit_length()
+    return int.from_bytes(data[pos:pos + n], "little") >> n, pos + n
+
+
+def _attr_type_entries(data: bytes) -> int | None:
+    """numAttrs + numTypes from the bytecode's AttrTypeOffset section; None if not found (the
+    reader then reports the malformed artifact itself)."""
+    try:
+        if data[:4] != b"ML\xefR":
+            return None
+        _, pos = _varint(data, 4)                  # version
+        pos = data.index(b"\0", pos) + 1           # producer string
+        while pos < len(data):
+            code = data[pos]
+            length, pos = _varint(data, pos + 1)
+            if code & 0x80:                        # aligned section: alignment, then padding
+                align, pos = _varint(data, pos)
+                while align and pos % align and pos < len(data) and data[pos] == 0xCB:
+                    pos += 1
+            if code & 0x7F == 3:                   # kAttrTypeOffset
+                num_attrs, p = _varint(data, pos)
+                num_types, _ = _varint(data, p)
+                return num_attrs + num_types
+            pos += length
+    except (IndexError, ValueError):
+        return None
+    return None
+
+
 def portable_artifact_to_text(data: bytes, path: str) -> str:
+    import threading
+
+    entries = _attr_type_entries(data)
+    if entries is not None and entries > _MAX_ATTR_TYPE_ENTRIES:
+        raise ValueError(f"{path}: {entries} attribute/type entries; more than {_MAX_ATTR_TYPE_ENTRIES} "
+                         f"could nest deeper than the reader's stack")
+    out: dict[str, Any] = {}
+
+    def read() -> None:
+        try:
+            out["text"] = _deserialize(data, path)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            out["error"] = e
+
+    old = threading.stack_size(_READER_STACK_BYTES)
+    try:
+        reader = threading.Thread(target=read, name="txe-artifact-reader")
+        reader.start()
+    finally:
+        threading.stack_size(old)
+    reader.join()
+    if "error" in out:
+        raise out["error"]
+    return out["text"]
+
+
+def _deserialize(data: bytes, path: str) -> str:
     from jax._src.interpreters import mlir as jmlir
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import hlo
