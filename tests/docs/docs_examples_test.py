@@ -84,16 +84,17 @@ def _env():
 
 @pytest.mark.parametrize("page,n,line,code", EXAMPLES, ids=[f"{p}-block{n}" for p, n, _, _ in EXAMPLES])
 def test_example_runs(page, n, line, code, tmp_path):
-    script = tmp_path / "example.py"
-    script.write_text(code)
+    # Padded so a traceback's line numbers are the page's: `File ".../numerics.md.py", line 24`.
+    script = tmp_path / f"{page}.py"
+    script.write_text("\n" * line + code)
     work = tmp_path / "cwd"
     work.mkdir()
     try:
         proc = subprocess.run([sys.executable, str(script)], cwd=work, env=_env(), capture_output=True,
                               text=True, timeout=BLOCK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"docs/{page}, python block {n} (line {line}): no result within {BLOCK_TIMEOUT_S} s")
+        pytest.fail(f"docs/{page}, python block {n} (fence on line {line}): no result within {BLOCK_TIMEOUT_S} s")
     if proc.returncode != 0:
-        pytest.fail(f"docs/{page}, python block {n} (line {line}) exited with {proc.returncode}\n"
+        pytest.fail(f"docs/{page}, python block {n} (fence on line {line}) exited with {proc.returncode}\n"
                     f"--- stderr (last 4000 chars) ---\n{proc.stderr[-4000:]}\n"
                     f"--- stdout (last 1000 chars) ---\n{proc.stdout[-1000:]}", pytrace=False)
