@@ -37,10 +37,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=5000, help="number of cases (default 5000)")
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
+    parser.add_argument("--last-case", default=os.path.join(tempfile.gettempdir(), "txe_export_fuzz_last_case.txt"),
+                        help="each case is written here before it runs: after a crash it is the reproducer")
     parser.add_argument("--case-timeout", type=float, default=60.0,
                         help="seconds before a case counts as a hang (dumps stacks and exits)")
     args = parser.parse_args()
 
+    faulthandler.enable()  # a crash in native code prints the Python stacks
+    print(f"each case is written to {args.last_case} before it runs (the reproducer after a crash)")
     root = tempfile.mkdtemp(prefix="txe_fuzz_")
     try:
         t0 = time.perf_counter()
@@ -56,6 +60,8 @@ def main() -> int:
         @given(S.CASES)
         def prop(case):
             seed, mutations = case
+            with open(args.last_case, "w") as f:
+                f.write(repr(case) + "\n")
             faulthandler.dump_traceback_later(args.case_timeout, exit=True)
             try:
                 counts[S.check_case(seeds, seed, mutations, work)] += 1

@@ -330,7 +330,12 @@ def user_inputs(manifest: export.Manifest) -> list[np.ndarray]:
         if i.kind == "user_input":
             spec[i.position] = (i.shape, i.dtype)
     out = []
-    for p in range(manifest.num_user_inputs):
+    # A manifest may declare any count; beyond the declared positions (+ a few undeclared
+    # non-tensor leaves) pass only those, which `run` must reject with RunInputError.
+    count = manifest.num_user_inputs
+    if count > len(manifest.inputs) + len(manifest.unused_inputs) + 8:
+        count = len(spec)
+    for p in range(count):
         shape, dtype = spec.get(p, ([], "float32"))
         out.append(np.zeros(shape, export._np_dtype(dtype)))
     return out

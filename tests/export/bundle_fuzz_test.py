@@ -51,6 +51,9 @@ def test_fuzz_load(seeds, tmp_path):
     @example(("torch_xla_dir", [("pickle", 0), ("pickle", 1), ("pickle", 2)]))
     @example(("two_all_reduces_mlirbc_only", [("flip", 0, [(0.5, 0)])]))
     @example(("one_all_reduce", [("text_retype", 0, "tensor<*xf32>")]))        # unranked argument
+    @example(("one_all_reduce", [("text_edit", 0.5, 0, "tuple<" * 60000)]))    # parser stack overflow
+    @example(("two_all_reduces_mlirbc_only", [("flip", 121, [(0.983697203330548, 121), (1.0, 121)])]))  # SIGSEGV
+    @example(("two_all_reduces", [("json_set", 5, 2**63)]))                     # absurd counts/indices
     # torch_xla dir whose .npy disagrees with input_signature (shape; big-endian data JAX rejects)
     @example(("torch_xla_dir", [("npy_header", 0, ("<f4", False, [0], b"\x01\x00"))]))
     @example(("torch_xla_dir", [("npy_header", 1, ("<f4", False, [0], b"\x01\x00"))]))
@@ -265,4 +268,16 @@ def test_deeply_nested_portable_artifact_is_refused_not_a_crash(ours, monkeypatc
         export.load(ours)
     monkeypatch.setattr(compat, "_MAX_ATTR_TYPE_ENTRIES", 5000)
     with pytest.raises(export.BundleError, match=r"module.mlirbc: 10012 attribute/type entries; more than 5000"):
+        export.load(ours)
+
+
+def test_portable_artifact_that_crashes_the_reader_is_a_bundle_error(ours):
+    """Two bytes flipped near the end of module.mlirbc made MLIR's bytecode reader segfault in
+    the loading process; it now runs in a forked child and the crash is a BundleError."""
+    os.remove(ours / "module.mlir")
+    data = bytearray((ours / "module.mlirbc").read_bytes())
+    data[int(0.983697203330548 * len(data))] = 121
+    data[-1] = 121
+    (ours / "module.mlirbc").write_bytes(bytes(data))
+    with pytest.raises(export.BundleError, match=r"module.mlirbc: not a StableHLO portable artifact \(the bytecode reader crashed with SIGSEGV\)"):
         export.load(ours)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -208,7 +209,8 @@ def _read(path: str) -> bytes:
 # MLIR's bytecode reader and printer recurse once per level of type/attribute nesting, so a
 # crafted artifact overflows the stack (a segfault, not an exception). Deserialize on a thread
 # with a big stack, and refuse artifacts with more type/attribute entries than that stack can
-# nest (nesting depth <= number of entries, each level being a distinct entry).
+# nest (nesting depth <= number of entries, each level being a distinct entry). The reader also
+# crashes on some corrupt artifacts, so it runs in a forked child (_in_child).
 _READER_STACK_BYTES = 1 << 30
 _MAX_ATTR_TYPE_ENTRIES = 250_000
 
@@ -247,31 +249,97 @@ def _attr_type_entries(data: bytes) -> int | None:
     return None
 
 
-def portable_artifact_to_text(data: bytes, path: str) -> str:
-    import threading
-
+def portable_artifact_to_text(data: bytes, path: str, timeout: float = 120.0) -> str:
+    """The module of a StableHLO portable artifact, as text. MLIR's bytecode reader can crash
+    (SIGSEGV) on corrupt input, so it runs in a forked child; a crash, a hang or a rejection
+    is a ValueError naming `path`."""
     entries = _attr_type_entries(data)
     if entries is not None and entries > _MAX_ATTR_TYPE_ENTRIES:
         raise ValueError(f"{path}: {entries} attribute/type entries; more than {_MAX_ATTR_TYPE_ENTRIES} "
                          f"could nest deeper than the reader's stack")
+    kind, payload = _in_child(lambda: _on_big_stack(_deserialize, data, path), timeout)
+    if kind == "ok":
+        return payload
+    if kind == "error":
+        raise ValueError(payload)
+    raise ValueError(f"{path}: not a StableHLO portable artifact (the bytecode reader {payload})")
+
+
+def _in_child(fn, timeout: float) -> tuple[str, str]:
+    """Runs `fn() -> str` in a forked child: ("ok", result), ("error", str(ValueError)) or
+    ("crashed", how). The child only runs MLIR code, never the XLA runtime."""
+    import select
+    import signal
+    import time
+
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        # JAX warns that fork and its threads may deadlock; the child runs only MLIR's reader
+        # (no XLA runtime), and a hang is bounded by `timeout` anyway.
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        pid = os.fork()
+    if pid == 0:  # child: never returns
+        try:
+            os.close(r)
+            try:
+                payload = b"T" + fn().encode("utf-8", "surrogateescape")
+            except ValueError as e:
+                payload = b"E" + str(e).encode("utf-8", "replace")
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                payload = b"X" + f"raised {type(e).__name__}: {e}".encode("utf-8", "replace")
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(w, view):]
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks, deadline, timed_out = [], time.monotonic() + timeout, False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                timed_out = True
+                os.kill(pid, signal.SIGKILL)
+                break
+            chunk = os.read(r, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return "crashed", f"did not finish in {timeout:g} s"
+    if os.WIFSIGNALED(status):
+        return "crashed", f"crashed with {signal.Signals(os.WTERMSIG(status)).name}"
+    out = b"".join(chunks)
+    if not out:
+        return "crashed", f"exited with status {os.waitstatus_to_exitcode(status)} and no result"
+    tag, body = out[:1], out[1:].decode("utf-8", "surrogateescape")
+    return ("ok" if tag == b"T" else "error" if tag == b"E" else "crashed"), body
+
+
+def _on_big_stack(fn, *args):
+    import threading
+
     out: dict[str, Any] = {}
 
-    def read() -> None:
+    def run() -> None:
         try:
-            out["text"] = _deserialize(data, path)
+            out["value"] = fn(*args)
         except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
             out["error"] = e
 
     old = threading.stack_size(_READER_STACK_BYTES)
     try:
-        reader = threading.Thread(target=read, name="txe-artifact-reader")
-        reader.start()
+        thread = threading.Thread(target=run, name="txe-artifact-reader")
+        thread.start()
     finally:
         threading.stack_size(old)
-    reader.join()
+    thread.join()
     if "error" in out:
         raise out["error"]
-    return out["text"]
+    return out["value"]
 
 
 def _deserialize(data: bytes, path: str) -> str:
