@@ -37,8 +37,11 @@ def txe_pybind_extension(name, srcs, hdrs = [], deps = [], **kwargs):
         **kwargs
     )
 
-def txe_py_test(name, src, size = "small", deps = [], data = [], args = [], **kwargs):
-    """A pytest file run by Bazel with the venv interpreter; results land in Bazel's test.xml."""
+def txe_py_test(name, src, size = "small", deps = [], data = [], args = [], tags = [], **kwargs):
+    """A pytest file run by Bazel with the venv interpreter; results land in Bazel's test.xml.
+
+    Tagged "python" so `--config=asan` (which cannot load an instrumented extension into the
+    uninstrumented interpreter) leaves it out."""
     native.py_test(
         name = name,
         srcs = [src, "//bazel:pytest_main.py"],
@@ -47,6 +50,7 @@ def txe_py_test(name, src, size = "small", deps = [], data = [], args = [], **kw
         deps = deps + ["//torch_xla_ext"],
         data = data,
         size = size,
+        tags = tags + ["python"],
         python_version = "PY3",
         srcs_version = "PY3",
         **kwargs
