@@ -330,7 +330,10 @@ class Bundle:
         for key, arr in self.arrays.items():
             dest = os.path.join(path, key)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            np.save(dest, np.asarray(arr), allow_pickle=False)
+            arr = np.asarray(arr)
+            if _dtype_name(arr.dtype) == "bfloat16":  # .npy has no bfloat16: its bits as uint16
+                arr = arr.view(np.uint16)
+            np.save(dest, arr, allow_pickle=False)
         with open(os.path.join(path, MODULE_FILE), "w") as f:
             f.write(self.module_text)
         with open(os.path.join(path, MANIFEST_FILE), "w") as f:
@@ -798,6 +801,8 @@ def load(path: str | os.PathLike) -> Bundle:
             continue
         field = f"{MANIFEST_FILE} inputs[{inp.index}].file"
         arr = _load_npy(os.path.join(path, inp.file), field)
+        if inp.dtype == "bfloat16" and arr.dtype == np.uint16:  # how save writes bfloat16
+            arr = arr.view(_np_dtype("bfloat16"))
         if list(arr.shape) != inp.shape:
             raise BundleError(f"{os.path.join(path, inp.file)}: shape {list(arr.shape)} but "
                               f"{MANIFEST_FILE} field 'inputs[{inp.index}].shape' is {inp.shape}")

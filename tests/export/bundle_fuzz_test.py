@@ -281,3 +281,22 @@ def test_portable_artifact_that_crashes_the_reader_is_a_bundle_error(ours):
     (ours / "module.mlirbc").write_bytes(bytes(data))
     with pytest.raises(export.BundleError, match=r"module.mlirbc: not a StableHLO portable artifact \(the bytecode reader crashed with SIGSEGV\)"):
         export.load(ours)
+
+
+def test_bfloat16_weights_round_trip(tmp_path):
+    """np.save writes bfloat16 as an opaque '<V2' the loader refuses; save stores the bits as
+    uint16 and load views them back through the manifest's dtype."""
+    import ml_dtypes
+
+    text = ("func.func @main(%arg0: tensor<3xbf16>, %arg1: tensor<3xbf16>) -> tensor<3xbf16> {\n"
+            "  %0 = stablehlo.add %arg0, %arg1 : tensor<3xbf16>\n  return %0 : tensor<3xbf16>\n}\n")
+    w = np.array([1.5, -2.0, 3.25], ml_dtypes.bfloat16)
+    manifest = export.Manifest(
+        inputs=[export.Input(0, "parameter", [3], "bfloat16", name="w", file="weights/w.npy"),
+                export.Input(1, "user_input", [3], "bfloat16", position=0)],
+        collectives=[], outputs=[{"shape": [3], "dtype": "bfloat16"}], unused_inputs=[], num_user_inputs=1)
+    export.Bundle(text, manifest, {"weights/w.npy": w}).save(tmp_path)
+    b = export.load(tmp_path)
+    assert b.arrays["weights/w.npy"].dtype == w.dtype
+    x = np.array([0.5, 0.5, 0.5], ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(export.run(b, x)[0], w + x)
