@@ -461,6 +461,7 @@ class Comparison:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
         names = list(self.modes)
         panels = [
@@ -478,6 +479,8 @@ class Comparison:
                 ax.annotate(f"{v:.2f}" if isinstance(v, float) else str(v), (b.get_x() + b.get_width() / 2, b.get_height()),
                             ha="center", va="bottom", fontsize=9)
             ax.margins(y=0.2)
+            if not isinstance(values[0], float):
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
             ax.spines[["top", "right"]].set_visible(False)
         fig.suptitle(f"torch_xla graph breaks: {' vs '.join(names)} ({self.steps} timed steps)", fontsize=11)
         fig.tight_layout()
