@@ -161,6 +161,8 @@ def _md(s: str) -> str:
 # Counters whose deltas say "a host read happened" (each can force a pending graph to run).
 _HOST_READ_COUNTERS = ("aten::_local_scalar_dense", "xla::_to_cpu")
 _TIME_METRICS = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime")
+_KIND_EXECUTE, _KIND_SYNC = int(_core.Kind.execute), int(_core.Kind.sync)
+_STAGE_BRIDGE, _STAGE_LAZY = int(_core.Stage.bridge), int(_core.Stage.lazy)
 
 
 class GraphBreakLedger:
@@ -170,6 +172,9 @@ class GraphBreakLedger:
         if not isinstance(ring_capacity, int) or ring_capacity < 1:
             raise GraphBreakError(f"ring_capacity must be a positive int, got {ring_capacity!r}")
         self._ledger = _core.Ledger(ring_capacity=ring_capacity)
+        # Per-step events (a sync, a cached-graph execution) take the int-only path.
+        self._record_ids = self._ledger.record_ids
+        self._ids: dict[str, int] = {}
         self._graphs: list[dict[str, Any]] = []
         self._per_hash: dict[str, dict[str, Any]] = {}
         self._sync_executions = 0
@@ -197,23 +202,31 @@ class GraphBreakLedger:
             self._graphs[-1]["partitions"] += 1
         self._ledger.record(_core.Kind.xla_partition, _core.Stage.bridge, key=str(num_nodes))
 
+    def _id(self, s: str) -> int:
+        i = self._ids.get(s)
+        if i is None:
+            i = self._ids[s] = self._ledger.intern(s)
+        return i
+
     def on_execute(self, graph_hash: str, duration_ns: int) -> None:
-        h = self._per_hash.setdefault(graph_hash, {"executions": 0, "dispatch_ms": 0.0, "compiles": 0, "compile_ms": 0.0})
+        h = self._per_hash.get(graph_hash)
+        if h is None:
+            h = self._per_hash[graph_hash] = {"executions": 0, "dispatch_ms": 0.0, "compiles": 0, "compile_ms": 0.0}
         h["executions"] += 1
         h["dispatch_ms"] += duration_ns / 1e6
-        self._ledger.record(_core.Kind.execute, _core.Stage.bridge, key=graph_hash, duration_ns=duration_ns)
+        self._record_ids(_KIND_EXECUTE, _STAGE_BRIDGE, self._id(graph_hash), duration_ns, 1)
 
     def on_bridge_compile(self, graph_hash: str, duration_ns: int) -> None:
         h = self._per_hash.setdefault(graph_hash, {"executions": 0, "dispatch_ms": 0.0, "compiles": 0, "compile_ms": 0.0})
         h["compiles"] += 1
         h["compile_ms"] += duration_ns / 1e6
 
+    def _on_sync(self, launched: int, duration_ns: int) -> None:
+        self._sync_executions += launched
+        self._record_ids(_KIND_SYNC, _STAGE_LAZY, self._id(str(launched)), duration_ns, 1)
+
     def compensate(self, counter: str, restored: int) -> None:
         self._window.compensate(counter, restored)
-
-    def _on_sync(self, executions: int, duration_ns: int) -> None:
-        self._sync_executions += executions
-        self._ledger.record(_core.Kind.sync, _core.Stage.lazy, key=str(executions), duration_ns=duration_ns)
 
     # -- region --
     def __enter__(self) -> "GraphBreakLedger":

@@ -133,6 +133,11 @@ std::string Ledger::Lookup(StringId id) const {
   return id < strings_.size() ? strings_[id] : std::string("<bad id>");
 }
 
+size_t Ledger::num_strings() const {
+  std::shared_lock<std::shared_mutex> lock(strings_mu_);
+  return strings_.size();
+}
+
 Ledger::Stripe& Ledger::MyStripe() const { return stripes_[ThreadIndex() % kNumStripes]; }
 
 void Ledger::Record(Kind kind, Stage stage, std::string_view key, std::string_view reason,

@@ -116,6 +116,8 @@ class Ledger {
   // new string maps to kOverflowStringId.
   StringId Intern(std::string_view s);
   std::string Lookup(StringId id) const;
+  // Strings interned so far (ids below this are valid), including the two reserved ids.
+  size_t num_strings() const;
 
   // Records `count` occurrences taking `duration_ns` in total.
   void Record(Kind kind, Stage stage, std::string_view key, std::string_view reason = {},

@@ -104,7 +104,9 @@ TEST(LedgerTest, InterningIsStableAndBounded) {
   EXPECT_NE(a, b);
   EXPECT_EQ(ledger->Intern(std::string("a")), a);
   EXPECT_EQ(ledger->Intern("c"), kOverflowStringId);  // 4 strings: "", "<overflow>", a, b
+  EXPECT_EQ(ledger->num_strings(), 4u);
   EXPECT_EQ(ledger->Lookup(a), "a");
+  EXPECT_EQ(ledger->Lookup(4), "<bad id>");
   EXPECT_EQ(ledger->Lookup(kOverflowStringId), "<overflow>");
 }
 

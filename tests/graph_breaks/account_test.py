@@ -188,3 +188,38 @@ def test_errors_name_the_argument():
         with ledger:
             pass
     assert issubclass(gb.GraphBreakError, ValueError)
+
+
+def test_nested_regions_each_count_their_own_syncs_and_unwrap_at_the_end():
+    step = make("e_none", "lazy", width=46)
+    step()
+    marker = torch_xla._XLAC._xla_step_marker
+    with gb.account() as outer:
+        step()
+        with gb.account() as inner:
+            step()
+            step()
+        step()
+        assert torch_xla._XLAC._xla_step_marker is not marker  # the outer region still wraps
+    assert torch_xla._XLAC._xla_step_marker is marker
+    assert (outer.report().syncs, inner.report().syncs) == (4, 2)
+    assert (outer.report().forced_executions, inner.report().forced_executions) == (0, 0)
+    # Each sync is an event keyed by the graphs it launched (1 here), with its duration.
+    syncs = [e for e in inner.recent_events() if e["kind"] == "sync"]
+    assert [e["key"] for e in syncs] == ["1", "1"] and all(e["duration_ns"] > 0 for e in syncs)
+
+
+def test_int_only_record_path_checks_its_arguments():
+    ledger = _core.Ledger(ring_capacity=8)
+    key = ledger.intern("graph-7")
+    assert ledger.intern("graph-7") == key and ledger.lookup(key) == "graph-7"
+    ledger.record_ids(int(_core.Kind.execute), int(_core.Stage.bridge), key, 250, 2)
+    assert ledger.counts()["execute"] == 2 and ledger.totals_ns()["execute"] == 250
+    assert ledger.recent_events()[-1]["key"] == "graph-7"
+    with pytest.raises(ValueError, match="kind"):
+        ledger.record_ids(99, 0, key, 0, 1)
+    with pytest.raises(ValueError, match="stage"):
+        ledger.record_ids(0, -1, key, 0, 1)
+    with pytest.raises(ValueError, match="not an id from intern"):
+        ledger.record_ids(0, 0, key + 1000, 0, 1)
+    assert ledger.counts()["execute"] == 2

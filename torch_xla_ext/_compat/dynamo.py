@@ -74,7 +74,7 @@ _tls = threading.local()  # last graph hash seen by _get_graph_hash on this thre
 
 
 def _each(method: str, *args: Any) -> None:
-    for s in list(_sinks):
+    for s in _sinks:  # copy on write (BridgeWatch), so no copy here
         getattr(s, method)(*args)
 
 
@@ -200,14 +200,18 @@ class BridgeWatch:
         self._sink = sink
 
     def __enter__(self) -> "BridgeWatch":
+        global _sinks
         with _lock:
             if not _sinks:
                 _install()
-            _sinks.append(self._sink)
+            _sinks = [*_sinks, self._sink]
         return self
 
     def __exit__(self, *exc) -> None:
+        global _sinks
         with _lock:
-            _sinks.remove(self._sink)
+            rest = list(_sinks)
+            rest.remove(self._sink)
+            _sinks = rest
             if not _sinks:
                 _uninstall()

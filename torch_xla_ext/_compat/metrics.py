@@ -174,47 +174,47 @@ class CounterWindow:
 
 # ---- lazy-tensor syncs -----------------------------------------------------------------------
 
-_sync_sinks: list[Callable[[int, int], None]] = []
+_sync_sinks: list[Callable[[int, int], None]] = []  # copy on write: _step_marker iterates it as is
 _original_step_marker: Callable[..., Any] | None = None
-
-
-def _compile_lookups() -> int:
-    xlac = torch_xla._XLAC
-    return (xlac._xla_counter_value("UncachedCompile") or 0) + (xlac._xla_counter_value("CachedCompile") or 0)
+_counter_value = torch_xla._XLAC._xla_counter_value
+_clock = time.perf_counter_ns
 
 
 def _step_marker(*args: Any, **kwargs: Any) -> Any:
-    # ExecuteComputation is bumped on the execution thread, possibly after the sync returned;
-    # every graph a sync launches first looks up its compile (cached or not) on this thread.
-    before = _compile_lookups()
-    t0 = time.perf_counter_ns()
-    assert _original_step_marker is not None
-    out = _original_step_marker(*args, **kwargs)
-    ns = time.perf_counter_ns() - t0
-    executed = _compile_lookups() - before
-    for sink in list(_sync_sinks):
-        sink(int(executed), ns)
+    # Runs once per training step. Every graph a sync launches first looks up its compile (cached
+    # or not) on this thread; ExecuteComputation is bumped on the execution thread, possibly
+    # after the sync returned, so it cannot tell what this sync launched.
+    before = (_counter_value("UncachedCompile") or 0) + (_counter_value("CachedCompile") or 0)
+    t0 = _clock()
+    out = _original_step_marker(*args, **kwargs)  # type: ignore[misc]  # set while a watch is open
+    ns = _clock() - t0
+    launched = (_counter_value("UncachedCompile") or 0) + (_counter_value("CachedCompile") or 0) - before
+    for sink in _sync_sinks:
+        sink(launched, ns)
     return out
 
 
 class SyncWatch:
-    """Calls ``sink(executions_launched, duration_ns)`` for each lazy-tensor sync
+    """Calls ``sink(graphs_launched, duration_ns)`` for each lazy-tensor sync
     (``torch_xla.sync()`` / ``xm.mark_step()``, both end in ``_XLAC._xla_step_marker``)."""
 
     def __init__(self, sink: Callable[[int, int], None]):
         self._sink = sink
 
     def __enter__(self) -> "SyncWatch":
-        global _original_step_marker
+        global _original_step_marker, _sync_sinks
         with _lock:
             if not _sync_sinks:
                 _original_step_marker = torch_xla._XLAC._xla_step_marker
                 torch_xla._XLAC._xla_step_marker = _step_marker
-            _sync_sinks.append(self._sink)
+            _sync_sinks = [*_sync_sinks, self._sink]
         return self
 
     def __exit__(self, *exc) -> None:
+        global _sync_sinks
         with _lock:
-            _sync_sinks.remove(self._sink)
+            rest = list(_sync_sinks)
+            rest.remove(self._sink)
+            _sync_sinks = rest
             if not _sync_sinks and _original_step_marker is not None:
                 torch_xla._XLAC._xla_step_marker = _original_step_marker
