@@ -114,6 +114,10 @@ def _clear_and_fold() -> None:
     with _lock:
         live = list(_windows)
     if live:
+        # Executions bump ExecuteComputation on their own thread: one landing between the read
+        # and the clear would be lost, so let in-flight work finish first (what torch_xla clears
+        # is then exactly what was folded).
+        wait_device_ops()
         current = counters()
         for w in live:
             w._fold(current)
@@ -125,7 +129,8 @@ class CounterWindow:
     """Counter and metric deltas over a region, correct even if counters are cleared inside it.
 
     While any window is open, ``torch_xla._XLAC._clear_xla_counters`` (what
-    ``metrics.clear_counters()`` calls) first folds the current values into every open window.
+    ``metrics.clear_counters()`` calls) first waits for in-flight executions (they bump counters
+    on their own thread) and folds the current values into every open window.
     Code that clears and then restores some counters (the Dynamo bridge does) reports the restored
     amounts with :meth:`compensate`.
     """
