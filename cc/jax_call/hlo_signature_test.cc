@@ -3,47 +3,18 @@
 #include <string>
 #include <vector>
 
+#include "cc/jax_call/hlo_proto_testing.h"
 #include "gtest/gtest.h"
 
 namespace txe::jax_call {
 namespace {
 
-// A minimal protobuf encoder, so the tests spell out the exact wire bytes the reader sees.
-std::string Varint(uint64_t v) {
-  std::string out;
-  do {
-    uint8_t byte = v & 0x7f;
-    v >>= 7;
-    if (v) byte |= 0x80;
-    out.push_back(static_cast<char>(byte));
-  } while (v);
-  return out;
-}
-std::string VarintField(int field, uint64_t v) { return Varint(uint64_t(field) << 3 | 0) + Varint(v); }
-std::string BytesField(int field, const std::string& b) { return Varint(uint64_t(field) << 3 | 2) + Varint(b.size()) + b; }
-
-std::string Shape(PrimitiveType t, const std::vector<int64_t>& dims, bool packed = true) {
-  std::string s = VarintField(2, static_cast<uint64_t>(t));
-  if (packed) {
-    std::string p;
-    for (int64_t d : dims) p += Varint(static_cast<uint64_t>(d));
-    if (!dims.empty()) s += BytesField(3, p);
-  } else {
-    for (int64_t d : dims) s += VarintField(3, static_cast<uint64_t>(d));
-  }
-  s += BytesField(5, VarintField(1, 0));  // a layout field the reader must skip
-  return s;
-}
-std::string Tuple(const std::vector<std::string>& elements) {
-  std::string s = VarintField(2, static_cast<uint64_t>(PrimitiveType::kTuple));
-  for (const auto& e : elements) s += BytesField(4, e);
-  return s;
-}
-std::string ProgramShape(const std::vector<std::string>& params, const std::string& result) {
-  std::string s;
-  for (const auto& p : params) s += BytesField(1, p);
-  return s + BytesField(2, result);
-}
+using testing::BytesField;
+using testing::ProgramShape;
+using testing::Shape;
+using testing::Varint;
+using testing::VarintField;
+std::string Tuple(const std::vector<std::string>& elements) { return testing::TupleShape(elements); }
 
 TEST(HloSignatureTest, ReadsHostProgramShape) {
   std::string module = BytesField(1, "jit_f") + BytesField(2, "main.9") +

@@ -16,7 +16,7 @@
 #include "cc/graph_breaks/hooks.h"
 #include "cc/graph_breaks/ledger.h"
 #include "cc/jax_call/param_mapping.h"
-#include "examples/fork/hlo_module_builder.h"
+#include "cc/jax_call/hlo_proto_testing.h"
 #include "gtest/gtest.h"
 
 namespace xla_fork {
@@ -260,9 +260,9 @@ TEST(ForkDynamoBridgeTest, ConcurrentRunsAreCountedExactly) {
 
 // ---- call_jax lowering -> cc/jax_call -----------------------------------------------------
 
-using xla_fork::testing::HloModuleProto;
-using xla_fork::testing::ShapeProto;
-using xla_fork::testing::TupleShapeProto;
+using txe::jax_call::testing::HloModuleProto;
+using txe::jax_call::testing::Shape;
+using txe::jax_call::testing::TupleShape;
 using PT = jc::PrimitiveType;
 
 jc::Leaf Tensor(std::string path, std::string dtype, std::vector<int64_t> shape) {
@@ -277,8 +277,8 @@ jc::Leaf Static(std::string path, std::string value) {
 CallJaxRequest ExampleRequest(const std::string& w_dtype = "bfloat16", const std::string& sum_dtype = "float32") {
   CallJaxRequest r;
   r.hlo_module_proto = HloModuleProto(
-      "jit_f", {ShapeProto(PT::kF32, {3}), ShapeProto(PT::kF32, {2, 3}), ShapeProto(PT::kBF16, {3})},
-      TupleShapeProto({ShapeProto(PT::kF32, {2, 3}), ShapeProto(PT::kF32, {})}));
+      "jit_f", {Shape(PT::kF32, {3}), Shape(PT::kF32, {2, 3}), Shape(PT::kBF16, {3})},
+      TupleShape({Shape(PT::kF32, {2, 3}), Shape(PT::kF32, {})}));
   r.leaves = {Tensor("args[0]", "float32", {2, 3}), Tensor("args[1]", "float32", {5}), Static("args[2]", "2.0"),
               Tensor("kwargs['w']", w_dtype, {3})};
   r.constants = {{"float32", {3}}};
