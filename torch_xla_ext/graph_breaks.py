@@ -22,7 +22,6 @@ appear under ``native_hooks``.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import subprocess
@@ -31,6 +30,7 @@ import tempfile
 import time
 from typing import Any, Callable, Iterator, Sequence
 
+from torch_xla_ext import _factory
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.errors import TorchXlaExtError
 
@@ -518,21 +518,6 @@ def _spec_of(obj: Any, what: str) -> str | None:
     return f"{mod}:{qual}"
 
 
-def _resolve(spec: str, what: str) -> Any:
-    mod_name, _, attr = spec.partition(":")
-    try:
-        obj = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise GraphBreakError(f"{what}: cannot import module {mod_name!r} ({e})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise GraphBreakError(f"{what}: module {mod_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise GraphBreakError(f"{what}: {spec!r} is not callable")
-    return obj
-
-
 def _run_mode(factory: Callable[[], Any], inputs: Sequence[Any], mode: str, warmup: int, steps: int,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Runs one mode in this process; returns ModeResult.to_dict()-shaped data."""
@@ -625,9 +610,11 @@ def compare(fn_factory: Callable[[], Any] | str, inputs: Sequence[Any] | Callabl
         raise GraphBreakError(
             f"fn_factory: {fn_factory!r} cannot be imported by a fresh interpreter (define it in a module), "
             "or pass isolation='in-process'")
-    factory = _resolve(fn_factory, "fn_factory") if isinstance(fn_factory, str) else fn_factory
+    factory = fn_factory
+    if isinstance(fn_factory, str):
+        factory = _factory.resolve(fn_factory, "fn_factory", error=GraphBreakError)
     if isinstance(inputs, str):
-        inputs = _resolve(inputs, "inputs")()
+        inputs = _factory.resolve(inputs, "inputs", error=GraphBreakError)()
     elif callable(inputs):
         inputs = inputs()
     inputs = tuple(inputs)
@@ -685,7 +672,7 @@ def _worker(argv: list[str]) -> int:
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
-    factory = _resolve(a.factory, "--factory")
+    factory = _factory.resolve(a.factory, "--factory", error=GraphBreakError)
     inputs = _load_inputs(a.inputs)
 
     def progress(msg: str) -> None:

@@ -74,28 +74,25 @@ struct LedgerOptions {
   size_t max_aggregates = 1 << 16;    // distinct (kind, stage, key, reason, site) rows
 };
 
-struct Event {
-  uint64_t seq = 0;  // 0-based position in the ledger's history
+// What was recorded and where: the fields an event and an aggregate row share.
+struct EventSite {
   Kind kind = Kind::kFxGraph;
   Stage stage = Stage::kDynamo;
   std::string key;
   std::string reason;
   std::string file;
   int line = 0;
-  int64_t count = 1;
+  int64_t count = 0;  // occurrences (an event's own count; a row's sum)
+};
+
+struct Event : EventSite {
+  uint64_t seq = 0;  // 0-based position in the ledger's history
   int64_t duration_ns = 0;
   int64_t timestamp_ns = 0;  // steady clock, relative to the ledger's creation
   uint32_t thread = 0;       // small per-process thread index
 };
 
-struct Aggregate {
-  Kind kind = Kind::kFxGraph;
-  Stage stage = Stage::kDynamo;
-  std::string key;
-  std::string reason;
-  std::string file;
-  int line = 0;
-  int64_t count = 0;
+struct Aggregate : EventSite {
   int64_t total_ns = 0;
   int64_t max_ns = 0;
 };

@@ -53,8 +53,10 @@ def test_in_process_isolation_and_argument_errors():
         gb.compare(gb.example_model, gb.example_inputs, modes=("eager",))
     with pytest.raises(gb.GraphBreakError, match="steps"):
         gb.compare(gb.example_model, gb.example_inputs, steps=0)
-    with pytest.raises(gb.GraphBreakError, match="no attribute"):
+    with pytest.raises(gb.GraphBreakError, match="fn_factory: torch_xla_ext.graph_breaks has no callable 'nope'"):
         gb.compare("torch_xla_ext.graph_breaks:nope", gb.example_inputs)
+    with pytest.raises(gb.GraphBreakError, match="inputs: cannot import 'no_such_module_txe'"):
+        gb.compare(gb.example_model, "no_such_module_txe:inputs")
     cmp = gb.compare(lambda: gb.example_model(False, False, False, width=12), lambda: gb.example_inputs(width=12),
                      modes=("dynamo",), warmup=1, steps=1, isolation="in-process")
     r = cmp.modes["dynamo"].report

@@ -18,16 +18,21 @@ namespace gb = txe::graph_breaks;
 
 namespace {
 
-py::dict EventDict(const gb::Event& e) {
+py::dict SiteDict(const gb::EventSite& s) {
   py::dict d;
+  d["kind"] = gb::KindName(s.kind);
+  d["stage"] = gb::StageName(s.stage);
+  d["key"] = s.key;
+  d["reason"] = s.reason;
+  d["file"] = s.file;
+  d["line"] = s.line;
+  d["count"] = s.count;
+  return d;
+}
+
+py::dict EventDict(const gb::Event& e) {
+  py::dict d = SiteDict(e);
   d["seq"] = e.seq;
-  d["kind"] = gb::KindName(e.kind);
-  d["stage"] = gb::StageName(e.stage);
-  d["key"] = e.key;
-  d["reason"] = e.reason;
-  d["file"] = e.file;
-  d["line"] = e.line;
-  d["count"] = e.count;
   d["duration_ns"] = e.duration_ns;
   d["timestamp_ns"] = e.timestamp_ns;
   d["thread"] = e.thread;
@@ -35,14 +40,7 @@ py::dict EventDict(const gb::Event& e) {
 }
 
 py::dict AggregateDict(const gb::Aggregate& a) {
-  py::dict d;
-  d["kind"] = gb::KindName(a.kind);
-  d["stage"] = gb::StageName(a.stage);
-  d["key"] = a.key;
-  d["reason"] = a.reason;
-  d["file"] = a.file;
-  d["line"] = a.line;
-  d["count"] = a.count;
+  py::dict d = SiteDict(a);
   d["total_ns"] = a.total_ns;
   d["max_ns"] = a.max_ns;
   return d;
