@@ -12,7 +12,8 @@ setup:
 # Builds the extension with Bazel and puts it next to the sources, so `.venv/bin/python -m
 # torch_xla_ext` and plain pytest work from the checkout.
 develop: setup
-	@bazel build $(if $(CI),--config=ci) //torch_xla_ext:_ext.so
+	@bazel build $(if $(CI),--config=ci) //torch_xla_ext:_ext.so //torch_xla_ext:libtxe_hooks
+	@install -m 755 bazel-bin/torch_xla_ext/libtxe_hooks.so torch_xla_ext/libtxe_hooks.so
 	@install -m 755 bazel-bin/torch_xla_ext/_ext.so torch_xla_ext/_ext$(EXT_SUFFIX)
 
 example: develop

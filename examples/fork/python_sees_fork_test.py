@@ -1,14 +1,21 @@
-"""What the real torch_xla_ext Python API sees of a fork's hooks when the fork's extension module
-links its own static copy of cc/ (docs/FORK.md, "One copy of the hook state per process").
+"""What the real torch_xla_ext Python API sees of a fork's hooks (docs/FORK.md, "One copy of the
+hook state per process"), with the fork's extension module linked both ways:
 
-The fork stand-in is loaded with ctypes (RTLD_LOCAL, as Python imports extension modules). Its
-records land in its own copy: graph_breaks.account() neither enables nor reads them and
-collectives.recorded_calls() does not list them. When _ext and a fork share one copy of cc/,
-these assertions flip and this test must change with the fix.
+* through //cc/shared:libtxe_hooks.so, the library _ext.so links too: one copy of the hook state
+  in the process, so graph_breaks.account() enables and reads what the fork records and
+  collectives.recorded_calls() lists its all-reduces. The fork is loaded first, in a fresh
+  interpreter, as torch_xla's _XLAC is in a training process.
+* with its own static copy of cc/: its records land in that copy, which the Python side never
+  sees.
+
+The fork stand-ins are loaded with ctypes (RTLD_LOCAL, as Python imports extension modules).
 """
 
 import ctypes
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -18,8 +25,42 @@ import pytest
 pytestmark = pytest.mark.skipif("ASAN_OPTIONS" in os.environ,
                                 reason="the Python API does not run under --config=asan")
 
-_LIB = os.path.join(os.environ.get("TEST_SRCDIR", "."), os.environ.get("TEST_WORKSPACE", "txe"),
-                    "examples", "fork", "libfork_xlac_standin_static.so")
+_DIR = os.path.join(os.environ.get("TEST_SRCDIR", "."), os.environ.get("TEST_WORKSPACE", "txe"),
+                    "examples", "fork")
+_LIB = os.path.join(_DIR, "libfork_xlac_standin_static.so")
+_LIB_SHARED_HOOKS = os.path.join(_DIR, "libfork_xlac_standin_shared_hooks.so")
+
+
+def test_account_sees_a_fork_linked_through_libtxe_hooks():
+    script = textwrap.dedent(f"""
+        import ctypes, json
+        fork = ctypes.CDLL({_LIB_SHARED_HOOKS!r})  # first, as torch_xla's _XLAC is
+        for name in ("fork_fallback_op_count", "fork_recorded_all_reduces"):
+            getattr(fork, name).restype = ctypes.c_long
+        from torch_xla_ext import collectives, graph_breaks
+        start = collectives.next_sequence()
+        with graph_breaks.account() as ledger:
+            assert fork.fork_run_bridge() == 0      # account() enabled the one copy: recorded
+            assert fork.fork_lower_all_reduce() == 0
+        calls = collectives.recorded_calls(start)
+        maps = {{line.split()[-1] for line in open("/proc/self/maps") if "libtxe_hooks.so" in line}}
+        print(json.dumps({{
+            "native_hooks": ledger.report().native_hooks,
+            "calls": [[c["requested_scale"], c["applied_scale"], c["lowering"]] for c in calls],
+            "fork_fallback_ops": fork.fork_fallback_op_count(),
+            "fork_all_reduces": fork.fork_recorded_all_reduces(),
+            "copies": len(maps),
+        }}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    # The fork's bridge records one fallback op (digamma) and one execute-side event per run; the
+    # all-reduce keeps upstream 2.9's world-size-1 behaviour, which the hook makes visible.
+    assert got["native_hooks"].get("fallback_op") == 1, got
+    assert got["calls"] == [[0.25, 1.0, "clone"]], got
+    assert (got["fork_fallback_ops"], got["fork_all_reduces"]) >= (1, 1), got
+    assert got["copies"] == 1, got
 
 
 def _fork():
