@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch_xla_ext import collectives, jax_call
 from torch_xla_ext._factory import resolve
 from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext.graph_breaks import _SINK  # where the block's print goes (a break whatever its file)
 
 __all__ = ["DoctorBlock", "DoctorReport", "example", "run"]
 
@@ -40,19 +41,6 @@ MODEL_ENV = "TORCH_XLA_EXT_DOCTOR_MODEL"  # how graph-break workers find a --mod
 
 class DoctorError(TorchXlaExtError, ValueError):
     """A --model factory that cannot be used (bad spec, or a bad return value)."""
-
-
-class _Sink:
-    """Where the block's print goes: any print is a Dynamo graph break, whatever its file."""
-
-    def write(self, s: str) -> int:
-        return len(s)
-
-    def flush(self) -> None:
-        pass
-
-
-_SINK = _Sink()
 
 
 def _gate(h, x, unused):
