@@ -1,18 +1,34 @@
-"""'module:attribute' specs (``--model mymodels:make_mlp``), resolved the same way by every command
-and by worker processes."""
+"""The one ``--model module:factory`` contract, resolved the same way by every command and by
+worker processes.
+
+A factory takes no arguments and returns ``(model, args)`` or ``(model, args, kwargs)``:
+``model`` is an ``nn.Module`` (or a callable where a command says so), ``args`` a tuple of example
+inputs (a single tensor is taken as a 1-tuple) and ``kwargs`` a dict of keyword inputs (HF models
+take ``attention_mask`` this way). :func:`load_model` checks that shape and names what is wrong;
+each command documents which parts it uses.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext.errors import InvalidArgumentError
 
 
-class FactorySpecError(TorchXlaExtError, ValueError):
-    """A 'module:attribute' spec that does not name an importable callable."""
+class FactorySpecError(InvalidArgumentError):
+    """A 'module:attribute' spec that does not name an importable callable, or a factory whose
+    return value breaks the contract."""
+
+
+class Made(NamedTuple):
+    """What a ``--model`` factory made: ``model(*args, **kwargs)`` runs it."""
+
+    model: Any
+    args: tuple
+    kwargs: dict
 
 
 def resolve(spec: str, what: str = "--model", *, error: type[Exception] = FactorySpecError) -> Callable[..., Any]:
@@ -38,3 +54,46 @@ def resolve(spec: str, what: str = "--model", *, error: type[Exception] = Factor
     if not callable(obj):
         raise error(f"{what}: {module_name} has no callable {attr!r}")
     return obj
+
+
+def check_made(made: Any, spec: str = "factory", what: str = "--model", *, module_only: bool = True,
+               error: type[Exception] = FactorySpecError) -> Made:
+    """``made`` checked against the contract: ``(model, args)`` or ``(model, args, kwargs)``."""
+    import torch
+
+    if not (isinstance(made, tuple) and len(made) in (2, 3)):
+        raise error(f"{what}: {spec}() must return (model, args) or (model, args, kwargs), "
+                    f"got {_describe(made)}")
+    model, args = made[0], made[1]
+    kwargs = made[2] if len(made) == 3 else {}
+    if module_only and not isinstance(model, torch.nn.Module):
+        raise error(f"{what}: {spec}()[0] must be an nn.Module, got {_describe(model)}")
+    if not module_only and not callable(model):
+        raise error(f"{what}: {spec}()[0] must be callable, got {_describe(model)}")
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    if isinstance(args, list):
+        args = tuple(args)
+    if not isinstance(args, tuple):
+        raise error(f"{what}: {spec}()[1] (args) must be a tuple of inputs, got {_describe(args)}")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise error(f"{what}: {spec}()[2] (kwargs) must be a dict with str keys, got {_describe(kwargs)}")
+    return Made(model, args, dict(kwargs))
+
+
+def load_model(spec: str, what: str = "--model", *, module_only: bool = True,
+               error: type[Exception] = FactorySpecError) -> Made:
+    """Resolves ``spec``, calls the factory and checks what it returns.
+
+    Example:
+        >>> model, args, kwargs = load_model("tests.zoo:gpt2")   # doctest: +SKIP
+    """
+    return check_made(resolve(spec, what, error=error)(), spec, what, module_only=module_only, error=error)
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, tuple):
+        return f"a tuple of {len(v)}"
+    return f"a {type(v).__name__}"

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_xla_ext import collectives, jax_call
-from torch_xla_ext._factory import resolve
+from torch_xla_ext import _factory
 from torch_xla_ext.errors import TorchXlaExtError
 from torch_xla_ext.graph_breaks import _SINK  # where the block's print goes (a break whatever its file)
 
@@ -114,24 +114,40 @@ def example() -> tuple[DoctorBlock, tuple[torch.Tensor]]:
 # ---- a --model factory ----------------------------------------------------------------------
 
 
-def _made(spec: str) -> tuple[torch.nn.Module, tuple]:
-    made = resolve(spec, error=DoctorError)()
-    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
-        raise DoctorError(f"--model: {spec}() must return (nn.Module, inputs), got {type(made).__name__}")
-    inputs = made[1] if isinstance(made[1], tuple) else (made[1],)
-    for i, t in enumerate(inputs):
-        if not isinstance(t, torch.Tensor):
-            raise DoctorError(f"--model: {spec}() inputs[{i}] is a {type(t).__name__}, not a torch.Tensor")
-    return made[0], tuple(t.cpu() for t in inputs)
+def _made(spec: str) -> _factory.Made:
+    """The --model factory's ``(model, args, kwargs)`` (the one contract of ``_factory``), with every
+    tensor moved to the CPU (the doctor moves them to each device itself)."""
+    made = _factory.load_model(spec, error=DoctorError)
+
+    def cpu(v: Any, where: str) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.cpu()
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            return v
+        if isinstance(v, (tuple, list)):
+            return type(v)(cpu(x, f"{where}[{i}]") for i, x in enumerate(v))
+        raise DoctorError(f"--model: {spec}() {where} is a {type(v).__name__}, not a torch.Tensor or a constant")
+
+    return _factory.Made(made.model, tuple(cpu(t, f"args[{i}]") for i, t in enumerate(made.args)),
+                         {k: cpu(v, f"kwargs[{k!r}]") for k, v in made.kwargs.items()})
 
 
 def user_model() -> torch.nn.Module:
     """Graph-break workers (fresh processes) rebuild a --model through this and MODEL_ENV."""
-    return _made(os.environ[MODEL_ENV])[0]
+    return _made(os.environ[MODEL_ENV]).model
 
 
 def user_inputs() -> tuple:
-    return _made(os.environ[MODEL_ENV])[1]
+    return _made(os.environ[MODEL_ENV]).args
+
+
+class SectionFailed(Exception):
+    """Raised by a section whose check failed but whose findings must stay in the report: the
+    summary, markdown and data are written as they are, with the section marked as an error."""
+
+    def __init__(self, summary: str, markdown: str, data: dict[str, Any]):
+        super().__init__(summary)
+        self.summary, self.markdown, self.data = summary, markdown, data
 
 
 # ---- the report -----------------------------------------------------------------------------
@@ -187,10 +203,10 @@ def _json_safe(obj: Any) -> Any:
 # ---- sections -------------------------------------------------------------------------------
 
 
-def _parity_section(model_fn, inputs, out_dir) -> tuple[str, str, dict]:
+def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     from torch_xla_ext import parity
 
-    reports = {dt: parity.verify(model_fn(), inputs, dtype=dt) for dt in ("fp32", "bf16")}
+    reports = {dt: parity.verify(model_fn(), inputs, kwargs=kwargs, dtype=dt) for dt in ("fp32", "bf16")}
     md, data = [], {}
     for dt, r in reports.items():
         md += [f"### {dt}: {r.verdict.value}", "", "```", str(r), "```", ""]
@@ -230,14 +246,14 @@ def _plot_ulps(reports, path: str) -> None:
     plt.close(fig)
 
 
-def _export_section(model, inputs, out_dir) -> tuple[str, str, dict]:
+def _export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     import numpy as np
 
     from torch_xla_ext import export, numerics
 
     from torch_xla_ext._compat import stablehlo as _shlo
 
-    bundle = export.export(model, inputs)
+    bundle = export.export(model, inputs, kwargs)
     bundle_dir = os.path.join(out_dir, "bundle")
     bundle.save(bundle_dir)
     loaded = export.load(bundle_dir)
@@ -314,28 +330,28 @@ def _graph_breaks_section(factory_spec, inputs_spec, out_dir, progress, steps) -
 def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int = 5,
         progress: Callable[[str], None] | None = None) -> DoctorReport:
     """Runs every section on the embedded example (or a ``module:factory`` returning
-    ``(nn.Module, inputs)``) and writes report.md, report.json, PNGs and bundle/ under ``out_dir``.
+    ``(nn.Module, args)`` or ``(nn.Module, args, kwargs)``) and writes report.md, report.json, PNGs and bundle/ under ``out_dir``.
     A section that fails is reported with its error; the others still run."""
     progress = progress or (lambda s: None)
     os.makedirs(out_dir, exist_ok=True)
     if model is None:
         name = "embedded example (DoctorBlock: attention + MLP, call_jax gate, print, digamma, all_reduce)"
-        model_fn, inputs = example_model, example_inputs()
+        model_fn, inputs, kwargs = example_model, example_inputs(), {}
         export_fn = lambda: _export_variant(example_model())  # noqa: E731
         factory_spec, inputs_spec = "torch_xla_ext.doctor:example_model", "torch_xla_ext.doctor:example_inputs"
         jax_model: Any = example_model()
     else:
         _made(model)  # fail early, naming the spec
         name = model
-        model_fn, inputs = (lambda: _made(model)[0]), _made(model)[1]
+        model_fn, (_, inputs, kwargs) = (lambda: _made(model).model), _made(model)
         export_fn = model_fn
         os.environ[MODEL_ENV] = model
         factory_spec, inputs_spec = "torch_xla_ext.doctor:user_model", "torch_xla_ext.doctor:user_inputs"
         jax_model = None
 
     plan: list[tuple[str, Callable[[], tuple[str, str, dict]]]] = [
-        ("parity", lambda: _parity_section(model_fn, inputs, out_dir)),
-        ("export", lambda: _export_section(export_fn(), inputs, out_dir)),
+        ("parity", lambda: _parity_section(model_fn, inputs, kwargs, out_dir)),
+        ("export", lambda: _export_section(export_fn(), inputs, kwargs, out_dir)),
     ]
     if jax_model is not None:
         plan.append(("call_jax", lambda: _jax_call_section(jax_model, inputs)))
@@ -348,6 +364,8 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
         try:
             summary, md, data = fn()
             ok = True
+        except SectionFailed as f:  # the check failed; its figures stay in the report
+            summary, md, data, ok = f.summary, f.markdown, f.data, False
         except Exception as e:  # a failing section is a finding; the rest of the report still runs
             summary = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             md = "```\n" + traceback.format_exc() + "```"
