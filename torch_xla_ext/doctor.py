@@ -206,7 +206,8 @@ def _json_safe(obj: Any) -> Any:
 def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     from torch_xla_ext import parity
 
-    reports = {dt: parity.verify(model_fn(), inputs, kwargs=kwargs, dtype=dt) for dt in ("fp32", "bf16")}
+    extra = {"kwargs": kwargs} if kwargs else {}
+    reports = {dt: parity.verify(model_fn(), inputs, dtype=dt, **extra) for dt in ("fp32", "bf16")}
     md, data = [], {}
     for dt, r in reports.items():
         md += [f"### {dt}: {r.verdict.value}", "", "```", str(r), "```", ""]

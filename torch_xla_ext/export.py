@@ -516,13 +516,14 @@ def _nesting_depth(text: str) -> int:
 
 
 def _parse(text: str, where: str):
-    from jax._src.interpreters import mlir as jmlir
-    from jax._src.lib.mlir import ir
+    from jax.extend.mlir import ir
+
+    from torch_xla_ext._compat import jax_mlir
 
     depth = _nesting_depth(text)
     if depth > _MAX_NESTING:
         raise BundleError(f"{where}: nested {depth} levels deep (more than {_MAX_NESTING}); not parsed")
-    ctx = jmlir.make_ir_context()
+    ctx = jax_mlir.make_context()
     with ctx:
         try:
             module = ir.Module.parse(text)
@@ -533,7 +534,7 @@ def _parse(text: str, where: str):
 
 
 def _main(module, where: str):
-    from jax._src.lib.mlir import ir
+    from jax.extend.mlir import ir
 
     for op in module.body.operations:
         if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main":
@@ -542,7 +543,7 @@ def _main(module, where: str):
 
 
 def _tensor_type(t, where: str = "value") -> tuple[list[int], str]:
-    from jax._src.lib.mlir import ir
+    from jax.extend.mlir import ir
 
     if not ir.RankedTensorType.isinstance(t) or not ir.RankedTensorType(t).has_static_shape:
         raise BundleError(f"{where}: type {t} is not a statically shaped tensor")
@@ -553,7 +554,7 @@ def _tensor_type(t, where: str = "value") -> tuple[list[int], str]:
 
 def _build_graph(ctx, module, where: str):
     """main's top-level ops as (values, num_args, ops, returned) for _core.analyze."""
-    from jax._src.lib.mlir import ir
+    from jax.extend.mlir import ir
 
     with ctx:
         main = _main(module, where)
@@ -626,7 +627,7 @@ def _nested_collectives(ctx, module, where: str) -> list[dict[str, str]]:
 
 
 def _splat_float(attr) -> float:
-    from jax._src.lib.mlir import ir
+    from jax.extend.mlir import ir
 
     v = attr.get_splat_value()
     if ir.FloatAttr.isinstance(v):
@@ -846,15 +847,16 @@ def _ensure_cpu_devices(n: int):
 
 def _executable(text: str, n: int):
     import jax  # noqa: F401
-    from jax._src.interpreters import mlir as jmlir
     from jax._src.lib import xla_client as xc
+
+    from torch_xla_ext._compat import jax_mlir
 
     key = (hashlib.sha256(text.encode()).hexdigest(), n)
     if key not in _EXECUTABLES:
         devices = _ensure_cpu_devices(n)
         ctx, module = _parse(text, MODULE_FILE)
         with ctx:
-            code = jmlir.module_to_bytecode(module)
+            code = jax_mlir.module_to_bytecode(module)
         opts = xc.CompileOptions()
         opts.num_replicas = n
         opts.num_partitions = 1
@@ -948,7 +950,7 @@ def _dense_literal(arr: np.ndarray, dtype: str) -> str:
 def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str) -> Bundle:
     """A bundle whose new `main` takes every argument but `drop` (index -> constant op text) and
     calls the old `main`, renamed private, with those made inside."""
-    from jax._src.lib.mlir import ir
+    from jax.extend.mlir import ir
 
     if not drop:
         b = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest))
