@@ -81,7 +81,7 @@ def test_user_model_through_the_cli(tmp_path):
     ("user_models", "--model: expected module:factory"),
     ("no_such_module:f", "--model: cannot import 'no_such_module'"),
     ("user_models:missing", "--model: user_models has no callable 'missing'"),
-    ("user_models:not_a_pair", "must return (nn.Module, inputs)"),
+    ("user_models:not_a_pair", "must return (model, args) or (model, args, kwargs)"),
 ])
 def test_bad_model_spec_names_the_flag(tmp_path, spec, message):
     proc = _cli("--model", spec, "--out", str(tmp_path / "r"), cwd=HERE)

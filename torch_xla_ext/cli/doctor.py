@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and bf16) or on --model, and write report.md, report.json, PNG plots and the exported bundle.",
     )
     p.add_argument("--model", metavar="MODULE:FACTORY",
-                   help="a function returning (nn.Module, inputs); default: the embedded example")
+                   help="a function returning (model, args) or (model, args, kwargs); default: the embedded example")
     p.add_argument("--out", default="doctor-report", metavar="DIR", help="report directory (default: %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per graph-break mode (default: %(default)s)")
     p.set_defaults(func=_run)
