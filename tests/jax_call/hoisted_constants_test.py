@@ -87,7 +87,7 @@ def test_stock_keep_unused_lowering_has_an_extra_leading_argument():
         specs = [jax.ShapeDtypeStruct((2, 3), jnp.float32), jax.ShapeDtypeStruct((5,), jnp.float32),
                  jax.ShapeDtypeStruct((4,), jnp.float32)]
         proto = jax.jit(f, keep_unused=True).lower(*specs).compiler_ir("hlo").as_serialized_hlo_module_proto()
-        _, params, _ = _core.read_hlo_signature(proto)
-        assert [p[2] for p in params] == ["f32[3,4]", "bf16[4]", "f32[2,3]", "f32[5]", "f32[4]"]
+        params = _core.read_hlo_signature(proto).parameters
+        assert [str(p) for p in params] == ["f32[3,4]", "bf16[4]", "f32[2,3]", "f32[5]", "f32[4]"]
     finally:
         jax.config.update("jax_use_simplified_jaxpr_constants", False)
