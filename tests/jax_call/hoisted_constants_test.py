@@ -9,6 +9,7 @@ off does not hoist; call_jax_test.py covers that default.)"""
 import os
 import sys
 
+OWN_PROCESS = "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS must be set before jax is imported"
 os.environ["JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS"] = "true"
 
 import jax  # noqa: E402
@@ -24,9 +25,10 @@ from jax_reference import assert_bit_equal, run_in_jax  # noqa: E402
 from torch_xla_ext import jax_call  # noqa: E402
 from torch_xla_ext._ext import jax_call as _core  # noqa: E402
 
-if not jax._src.interpreters.mlir.LoweringParameters().hoist_constants_as_args:
-    pytest.skip("jax was imported before this file set JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS; run it in "
-                "its own process (bazel test does)", allow_module_level=True)
+# Fails (rather than skips) when jax was imported before this file set the variable: every runner
+# of this file gives it its own process (Bazel, and tests/conftest.py for plain pytest).
+assert jax._src.interpreters.mlir.LoweringParameters().hoist_constants_as_args, \
+    "jax was imported before JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS was set: run this file in its own process"
 
 TABLE = jnp.asarray(np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(3, 4))
 BIAS = jnp.asarray(np.arange(4, dtype=np.float32)).astype(jnp.bfloat16)
