@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 EXT_SUFFIX = $$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 
-.PHONY: setup develop example test wheel bench
+.PHONY: setup develop example test wheel bench stubs
 
 setup:
 	@python/setup_env.sh
@@ -27,3 +27,8 @@ wheel: setup
 
 bench: develop
 	@for b in bench/*_bench.py; do PYTHONPATH=$(CURDIR) PJRT_DEVICE=CPU $(PY) $$b || exit 1; done
+
+# The type stub of the extension module, regenerated from the built module (after a binding
+# changes); tests/packaging/stubs_test.py fails until the checked-in stub matches.
+stubs: develop
+	@$(PY) python/generate_stubs.py

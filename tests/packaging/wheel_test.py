@@ -1,8 +1,13 @@
-"""The wheel Bazel builds (the one `pip wheel .` hands out) installs into a new venv that sees the
-pinned stack, and works from outside the source tree: import, extension, console script."""
+"""The wheel Bazel builds (the one `pip wheel .` hands out): its metadata declares everything the
+package imports, and it installs into a new venv that sees the pinned stack and works from outside
+the source tree (import, extension, console script). fresh_venv_test.py installs it the way a
+training image does, with pip resolving the stack itself."""
 
+import ast
+import importlib.metadata
 import os
 import pathlib
+import re
 import site
 import subprocess
 import sys
@@ -11,14 +16,73 @@ import zipfile
 import numpy as np
 import pytest
 
-WHEEL_DIR = pathlib.Path(os.environ["TEST_SRCDIR"]) / os.environ["TEST_WORKSPACE"] / "python" / "wheel"
+from tests.packaging.wheels import REPO, built_wheel
 
 
 @pytest.fixture(scope="module")
 def wheel() -> pathlib.Path:
-    wheels = sorted(WHEEL_DIR.glob("*.whl"))
-    assert len(wheels) == 1, wheels
-    return wheels[0]
+    return built_wheel()
+
+
+def _requires(wheel: pathlib.Path) -> list[str]:
+    meta = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/METADATA")
+    return [line.split(":", 1)[1].strip() for line in meta.decode().splitlines() if line.startswith("Requires-Dist:")]
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def undeclared_imports(sources: dict[str, str], declared: set[str]) -> dict[str, str]:
+    """{top-level module: file} of imports that are neither the standard library, the package
+    itself, nor provided by a declared distribution (function-level imports included)."""
+    providers = importlib.metadata.packages_distributions()
+    out = {}
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text, path)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top == "torch_xla_ext":
+                    continue
+                dists = {_norm(d) for d in providers.get(top, [top])}
+                if not dists & declared:
+                    out.setdefault(top, path)
+    return out
+
+
+def test_every_import_is_declared(wheel):
+    z = zipfile.ZipFile(wheel)
+    sources = {n: z.read(n).decode() for n in z.namelist() if n.endswith(".py")}
+    declared = {_norm(re.split(r"[<>=!~;\[ ]", r, 1)[0]) for r in _requires(wheel)}
+    missing = undeclared_imports(sources, declared)
+    assert not missing, f"imported but not declared in the wheel's Requires-Dist: {missing}"
+    # The check itself catches an undeclared import (PyYAML is in the venv, but not declared).
+    assert undeclared_imports({"x.py": "def f():\n    import yaml\n"}, declared) == {"yaml": "x.py"}
+
+
+def test_stack_is_exact_and_the_rest_are_ranges(wheel):
+    reqs = _requires(wheel)
+    for exact in ("torch==2.9.0", "torch-xla==2.9.0", "jax==0.7.1", "jaxlib==0.7.1"):
+        assert exact in reqs, reqs
+    numpy_req = next(r for r in reqs if r.startswith("numpy"))
+    assert "==" not in numpy_req and ">=" in numpy_req
+    assert 'matplotlib>=3.7; extra == "plot"' in reqs
+    # The development pins must satisfy the wheel's ranges.
+    from packaging.requirements import Requirement
+
+    pins = {}
+    for line in (REPO / "python" / "requirements.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, ver = line.split("==", 1)
+            pins[_norm(name)] = ver
+    for r in map(Requirement, reqs):
+        assert r.specifier.contains(pins[_norm(r.name)], prereleases=True), (str(r), pins[_norm(r.name)])
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +110,8 @@ def _env():
 def test_wheel_contents(wheel):
     assert wheel.name.startswith("torch_xla_ext-0.1.0-cp3")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"torch_xla_ext/__init__.py", "torch_xla_ext/numerics.py", "torch_xla_ext/_ext.so"} <= names
+    assert {"torch_xla_ext/__init__.py", "torch_xla_ext/numerics.py", "torch_xla_ext/_ext.so",
+            "torch_xla_ext/_ext.pyi", "torch_xla_ext/py.typed"} <= names
     meta = zipfile.ZipFile(wheel).read("torch_xla_ext-0.1.0.dist-info/METADATA").decode()
     assert "Requires-Dist: torch==2.9.0" in meta and "Requires-Dist: torch-xla==2.9.0" in meta
     assert "Requires-Dist: jax==0.7.1" in meta

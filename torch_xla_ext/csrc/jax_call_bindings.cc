@@ -29,7 +29,7 @@ using txe::jax_call::ParamSource;
 
 namespace {
 
-py::object OptionalIndex(int64_t i) { return i >= 0 ? py::object(py::int_(i)) : py::object(py::none()); }
+std::optional<int64_t> OptionalIndex(int64_t i) { return i >= 0 ? std::optional<int64_t>(i) : std::nullopt; }
 
 using LeafTuple = std::tuple<std::string, std::string, std::string, std::vector<int64_t>, std::string>;
 
@@ -52,7 +52,7 @@ TXE_PYBIND_SUBMODULE(jax_call, m) {
       .def_property_readonly("element_type", [](const ArrayType& t) { return txe::jax_call::PrimitiveTypeName(t.type); },
                              "HLO's short name: 'f32', 'bf16', 'pred', 'tuple'.")
       .def_readonly("dims", &ArrayType::dims)
-      .def_readonly("tuple", &ArrayType::tuple)
+      .def_readonly("tuple_shapes", &ArrayType::tuple, "The elements when element_type is 'tuple'.")
       .def("__str__", &ArrayType::ToString)
       .def("__repr__", [](const ArrayType& t) { return "<ArrayType " + t.ToString() + ">"; });
 
