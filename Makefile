@@ -12,8 +12,10 @@ setup:
 # Builds the extension with Bazel and puts it next to the sources, so `.venv/bin/python -m
 # torch_xla_ext` and plain pytest work from the checkout.
 develop: setup
-	@bazel build $(if $(CI),--config=ci) //torch_xla_ext:_ext.so //torch_xla_ext:libtxe_hooks
+	@bazel build $(if $(CI),--config=ci) //torch_xla_ext:_ext.so //torch_xla_ext:libtxe_hooks //torch_xla_ext:libprotobuf //torch_xla_ext:libtxe_xla_proto
+	@install -m 755 bazel-bin/torch_xla_ext/libtxe_xla_proto.so torch_xla_ext/libtxe_xla_proto.so
 	@install -m 755 bazel-bin/torch_xla_ext/libtxe_hooks.so torch_xla_ext/libtxe_hooks.so
+	@install -m 755 bazel-bin/torch_xla_ext/libprotobuf.so.* torch_xla_ext/
 	@install -m 755 bazel-bin/torch_xla_ext/_ext.so torch_xla_ext/_ext$(EXT_SUFFIX)
 
 example: develop

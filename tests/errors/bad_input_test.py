@@ -64,7 +64,7 @@ ROWS = [
         NotFoundError, FileNotFoundError, "manifest.json"),
     # ---- the C++ Status path (through the extension module) ----
     Row("_ext.jax_call.read_hlo_signature", lambda: __import__("torch_xla_ext._ext", fromlist=["x"]).jax_call
-        .read_hlo_signature(b"\x22\x64abc"), InvalidArgumentError, ValueError, "runs past the end"),
+        .read_hlo_signature(b"\x22\x64abc"), InvalidArgumentError, ValueError, "cannot parse as xla.HloModuleProto"),
     Row("_ext.numerics.compare (C++ check)", lambda: numerics().compare(np.zeros(2), np.zeros(2), rtol=-1.0, atol=0.0),
         InvalidArgumentError, ValueError, "rtol and atol must be finite"),
     # ---- numerics ----

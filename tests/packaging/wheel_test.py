@@ -118,6 +118,31 @@ def _env():
     return env
 
 
+# What a manylinux-style wheel may expect of the system; everything else must ship in the wheel.
+_SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2",
+                "libpthread.so.0", "libdl.so.2", "librt.so.1", "libz.so.1"}
+
+
+def _needed(data: bytes) -> list[str]:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".so") as f:
+        f.write(data)
+        f.flush()
+        out = subprocess.run(["readelf", "-d", f.name], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def test_shared_libraries_ship_in_the_wheel(wheel):
+    z = zipfile.ZipFile(wheel)
+    libs = {n.rsplit("/", 1)[-1]: n for n in z.namelist() if re.search(r"\.so(\.\d+)*$", n)}
+    assert {"_ext.so", "libtxe_hooks.so", "libtxe_xla_proto.so"} <= set(libs), sorted(libs)
+    assert any(n.startswith("libprotobuf.so.") for n in libs), sorted(libs)
+    for name, arcname in libs.items():
+        missing = [lib for lib in _needed(z.read(arcname)) if lib not in libs and lib not in _SYSTEM_LIBS]
+        assert not missing, f"{arcname} needs {missing}, which the wheel does not ship"
+
+
 def test_wheel_contents(wheel):
     assert wheel.name.startswith("torch_xla_ext-0.1.0-cp3")
     names = set(zipfile.ZipFile(wheel).namelist())
