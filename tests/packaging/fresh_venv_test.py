@@ -18,6 +18,12 @@ import pytest
 
 from tests.packaging.wheels import built_wheel
 
+# Several GB and minutes: Bazel runs it only as an explicit (manual) target, plain pytest only when
+# asked with TXE_FRESH_VENV=1.
+pytestmark = pytest.mark.skipif("TEST_SRCDIR" not in os.environ and os.environ.get("TXE_FRESH_VENV") != "1",
+                                reason="installs the stack into a fresh venv: set TXE_FRESH_VENV=1 (or bazel test "
+                                "//tests/packaging:fresh_venv_test)")
+
 
 def _env(**extra: str) -> dict[str, str]:
     # Nothing of this checkout or of the project venv may leak in.
