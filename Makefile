@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 EXT_SUFFIX = $$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 
-.PHONY: setup develop example test wheel bench
+.PHONY: setup develop example test wheel bench stubs
 
 setup:
 	@python/setup_env.sh
@@ -12,8 +12,10 @@ setup:
 # Builds the extension with Bazel and puts it next to the sources, so `.venv/bin/python -m
 # torch_xla_ext` and plain pytest work from the checkout.
 develop: setup
-	@bazel build $(if $(CI),--config=ci) //torch_xla_ext:_ext.so //torch_xla_ext:libtxe_hooks
+	@bazel build $(if $(CI),--config=ci) //torch_xla_ext:_ext.so //torch_xla_ext:libtxe_hooks //torch_xla_ext:libprotobuf //torch_xla_ext:libtxe_xla_proto
+	@install -m 755 bazel-bin/torch_xla_ext/libtxe_xla_proto.so torch_xla_ext/libtxe_xla_proto.so
 	@install -m 755 bazel-bin/torch_xla_ext/libtxe_hooks.so torch_xla_ext/libtxe_hooks.so
+	@install -m 755 bazel-bin/torch_xla_ext/libprotobuf.so.* torch_xla_ext/
 	@install -m 755 bazel-bin/torch_xla_ext/_ext.so torch_xla_ext/_ext$(EXT_SUFFIX)
 
 example: develop
@@ -27,3 +29,8 @@ wheel: setup
 
 bench: develop
 	@for b in bench/*_bench.py; do PYTHONPATH=$(CURDIR) PJRT_DEVICE=CPU $(PY) $$b || exit 1; done
+
+# The type stub of the extension module, regenerated from the built module (after a binding
+# changes); tests/packaging/stubs_test.py fails until the checked-in stub matches.
+stubs: develop
+	@$(PY) python/generate_stubs.py

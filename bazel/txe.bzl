@@ -55,3 +55,38 @@ def txe_py_test(name, src, size = "small", deps = [], data = [], args = [], tags
         srcs_version = "PY3",
         **kwargs
     )
+
+def txe_cc_proto_library(name, srcs, deps = [], **kwargs):
+    """C++ for `srcs` (.proto files named by their import paths relative to this package, e.g.
+    "xla/service/hlo.proto") made by the machine's protoc (@com_google_protobuf), as a cc_library
+    whose headers are included by the same paths ("xla/service/hlo.pb.h"). Bazel 4.2.3 offline
+    has no rules_proto to do this."""
+    outs = []
+    for s in srcs:
+        outs += [s[:-len(".proto")] + ".pb.h", s[:-len(".proto")] + ".pb.cc"]
+    native.genrule(
+        name = name + "_gen",
+        srcs = srcs + ["@com_google_protobuf//:well_known_protos"],
+        outs = outs,
+        tools = ["@com_google_protobuf//:protoc"],
+        # The import root is where srcs[0] sits minus its import path (the package, in any repo).
+        cmd = ("src=$(location %s); root=$${src%%/%s}; " % (srcs[0], srcs[0]) +
+               "$(location @com_google_protobuf//:protoc) -I$$root -Iexternal/com_google_protobuf/include " +
+               "--cpp_out=$(@D) " + " ".join(["$(location %s)" % s for s in srcs])),
+    )
+    native.cc_library(
+        name = name + "_headers",
+        hdrs = [o for o in outs if o.endswith(".h")],
+        includes = ["."],
+        deps = ["@com_google_protobuf//:protobuf"],
+        visibility = kwargs.get("visibility", ["//visibility:public"]),
+    )
+    native.cc_library(
+        name = name,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        copts = ["-w"],  # generated code: its warnings are protoc's, not ours
+        deps = deps + [":" + name + "_headers"],
+        alwayslink = True,
+        visibility = kwargs.pop("visibility", ["//visibility:public"]),
+        **kwargs
+    )

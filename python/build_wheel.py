@@ -17,9 +17,21 @@ import zipfile
 
 NAME = "torch_xla_ext"
 DIST_NAME = "torch-xla-ext"
-# Packages whose pins are part of the wheel's contract (the rest of requirements.txt only keeps
-# the development venv reproducible).
-RUNTIME_REQUIREMENTS = ("torch", "torch-xla", "jax", "jaxlib", "numpy", "ml-dtypes")
+# The wheel's dependencies. torch_xla's _XLAC links torch's C++ ABI and names jax/jaxlib 0.7.1, so
+# those four are the exact pins of requirements.txt. Everything else the package imports is a
+# compatible range (a training image brings its own numpy): the floors are jax 0.7.1's own, and
+# requirements.txt's pins must lie inside them (tests/packaging checks both, and that nothing the
+# package imports is left undeclared).
+EXACT = ("torch", "torch-xla", "jax", "jaxlib")
+RANGES = {
+    "numpy": ">=1.26,<3",
+    "ml-dtypes": ">=0.5.0",
+    "scipy": ">=1.12",
+}
+# Optional features: `pip install 'torch-xla-ext[plot]'` adds the PNG plots of the reports.
+EXTRAS = {
+    "plot": {"matplotlib": ">=3.7"},
+}
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
@@ -38,10 +50,13 @@ def _requires(path: str) -> list[str]:
         if "==" in line:
             name, ver = line.split("==", 1)
             pins[re.sub(r"[-_.]+", "-", name).lower()] = ver
-    missing = [r for r in RUNTIME_REQUIREMENTS if r not in pins]
+    missing = [r for r in (*EXACT, *RANGES, *(n for e in EXTRAS.values() for n in e)) if r not in pins]
     if missing:
         raise SystemExit(f"build_wheel: {path} pins no {', '.join(missing)}")
-    return [f"{r}=={pins[r]}" for r in RUNTIME_REQUIREMENTS]
+    lines = [f"{r}=={pins[r]}" for r in EXACT] + [f"{r}{spec}" for r, spec in RANGES.items()]
+    for extra, reqs in EXTRAS.items():
+        lines += [f'{r}{spec}; extra == "{extra}"' for r, spec in reqs.items()]
+    return lines
 
 
 def _tag() -> str:
@@ -75,6 +90,7 @@ def main() -> int:
             f"Version: {version}",
             "Summary: Makes PyTorch/XLA's lowering visible and correct: export, numerics, call_jax, graph breaks.",
             "Requires-Python: >=3.10",
+            *(f"Provides-Extra: {e}" for e in EXTRAS),
             *(f"Requires-Dist: {r}" for r in _requires(a.requirements)),
             "",
         ]

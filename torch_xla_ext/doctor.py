@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_xla_ext import collectives, jax_call
-from torch_xla_ext import _factory
+from torch_xla_ext import _factory, _plot
 from torch_xla_ext.errors import TorchXlaExtError
 from torch_xla_ext.graph_breaks import _SINK  # where the block's print goes (a break whatever its file)
 
@@ -116,8 +116,9 @@ def example() -> tuple[DoctorBlock, tuple[torch.Tensor]]:
 
 def _made(spec: str) -> _factory.Made:
     """The --model factory's ``(model, args, kwargs)`` (the one contract of ``_factory``), with every
-    tensor moved to the CPU (the doctor moves them to each device itself)."""
-    made = _factory.load_model(spec, error=DoctorError)
+    tensor moved to the CPU (the doctor moves them to each device itself). Every section uses the
+    module, args and kwargs; tensors may sit in tuples, lists and dicts, next to constants."""
+    made = _factory.load_model(spec)
 
     def cpu(v: Any, where: str) -> Any:
         if isinstance(v, torch.Tensor):
@@ -126,7 +127,10 @@ def _made(spec: str) -> _factory.Made:
             return v
         if isinstance(v, (tuple, list)):
             return type(v)(cpu(x, f"{where}[{i}]") for i, x in enumerate(v))
-        raise DoctorError(f"--model: {spec}() {where} is a {type(v).__name__}, not a torch.Tensor or a constant")
+        if isinstance(v, dict):
+            return {k: cpu(x, f"{where}[{k!r}]") for k, x in v.items()}
+        raise _factory.FactorySpecError(
+            f"--model: {spec}() {where} is a {type(v).__name__}, not a torch.Tensor or a constant")
 
     return _factory.Made(made.model, tuple(cpu(t, f"args[{i}]") for i, t in enumerate(made.args)),
                          {k: cpu(v, f"kwargs[{k!r}]") for k, v in made.kwargs.items()})
@@ -169,6 +173,7 @@ class DoctorReport:
     out_dir: str
     sections: list[Section]
     files: list[str]
+    plots_skipped: list[str] = dataclasses.field(default_factory=list)  # without matplotlib
 
     @property
     def ok(self) -> bool:
@@ -177,27 +182,51 @@ class DoctorReport:
     def summary(self) -> str:
         lines = [f"torch-xla-ext doctor: {self.model}"]
         lines += [f"  {'ok ' if s.ok else 'ERR'} {s.name:13s} {s.summary}" for s in self.sections]
+        lines += [f"  note: {m}" for m in self.plots_skipped]
         lines.append(f"  report: {os.path.join(self.out_dir, 'report.md')}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "ok": self.ok, "files": self.files,
+        return {"model": self.model, "ok": self.ok, "files": self.files, "plots_skipped": self.plots_skipped,
                 "sections": {s.name: {"ok": s.ok, "summary": s.summary, "seconds": round(s.seconds, 3), **s.data}
                              for s in self.sections}}
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+        return json.dumps(self.to_dict(), allow_nan=False, **kwargs)  # strict JSON: see _json_safe
 
     def to_markdown(self) -> str:
         out = [f"# torch-xla-ext doctor: {self.model}", "", "| section | status | finding |", "|---|---|---|"]
         out += [f"| {s.name} | {'ok' if s.ok else 'error'} | {s.summary} |" for s in self.sections]
+        if self.plots_skipped:
+            out += ["", "Plots skipped (every number above is still computed):", ""]
+            out += [f"- {m}" for m in self.plots_skipped]
         for s in self.sections:
             out += ["", f"## {s.name}", "", s.markdown.rstrip()]
         return "\n".join(out) + "\n"
 
 
 def _json_safe(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str, allow_nan=True).replace("NaN", '"nan"').replace("Infinity", '"inf"'))
+    """``obj`` as strict JSON values: non-finite floats become "nan", "inf" and "-inf" (JSON has
+    none), tuples lists, keys strings, numpy scalars and arrays Python values; strings are kept
+    as they are; anything else is its ``str``."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "nan"
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _json_safe(dataclasses.asdict(obj))
+    item = getattr(obj, "tolist", None)  # numpy scalars and arrays
+    if callable(item) and type(obj).__module__ == "numpy":
+        return _json_safe(item())
+    return str(obj)
 
 
 # ---- sections -------------------------------------------------------------------------------
@@ -359,6 +388,8 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
     plan.append(("graph_breaks", lambda: _graph_breaks_section(factory_spec, inputs_spec, out_dir, progress, steps)))
 
     sections = []
+    plots_skipped: list[str] = []
+    _plot.take_skipped()  # only what this run skips
     for i, (sec, fn) in enumerate(plan, 1):
         progress(f"[{i}/{len(plan)}] {sec} ...")
         t0 = time.perf_counter()
@@ -367,17 +398,31 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
             ok = True
         except SectionFailed as f:  # the check failed; its figures stay in the report
             summary, md, data, ok = f.summary, f.markdown, f.data, False
-        except Exception as e:  # a failing section is a finding; the rest of the report still runs
+        except Exception as e:
+            # A failing section is reported (with its traceback) and the others still run; the
+            # report is not ok, so the command exits 1. Our typed errors name the bad input; any
+            # other exception is a bug of ours or of a library, marked as such.
+            ours = isinstance(e, TorchXlaExtError)
             summary = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if not ours:
+                summary = f"unexpected {summary}"
             md = "```\n" + traceback.format_exc() + "```"
-            data, ok = {"error": summary}, False
+            data, ok = {"error": summary, "error_type": f"{type(e).__module__}.{type(e).__qualname__}",
+                        "code": getattr(e, "code", None)}, False
         dt = time.perf_counter() - t0
+        skipped = _plot.take_skipped()
+        if skipped:
+            md = md.rstrip() + "\n\n" + "\n".join(f"> {m}" for m in skipped)
+            data = {**data, "plots_skipped": skipped}
+            plots_skipped += skipped
+            for m in skipped:
+                progress(f"[{i}/{len(plan)}] {sec}: {m}")
         progress(f"[{i}/{len(plan)}] {sec}: {summary} ({dt:.1f} s)")
         sections.append(Section(sec, ok, summary, md, _json_safe(data), dt))
 
     files = sorted(os.path.relpath(os.path.join(d, f), out_dir) for d, _, fs in os.walk(out_dir) for f in fs)
     files = sorted(set(files) | {"report.md", "report.json"})
-    report = DoctorReport(name, out_dir, sections, files)
+    report = DoctorReport(name, out_dir, sections, files, plots_skipped)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(report.to_markdown())
     with open(os.path.join(out_dir, "report.json"), "w") as f:

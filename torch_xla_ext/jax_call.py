@@ -37,11 +37,12 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 import torch
-from jax._src import config as _jax_config
+from jax import export as _jax_export
 
+from torch_xla_ext._compat import jax_trace as _jt
 from torch_xla_ext._compat import xla_builder as _xb
 from torch_xla_ext._ext import jax_call as _core
-from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError, TorchXlaExtError
 
 __all__ = [
     "call_jax",
@@ -59,29 +60,27 @@ __all__ = [
     "JaxCallArgumentError",
     "JaxCallTraceError",
     "JaxCallOutputError",
-    "JaxCallSignatureError",
 ]
 
 
 class JaxCallError(TorchXlaExtError):
-    """Base of the errors raised by call_jax / explain."""
+    """Base of the errors raised by call_jax / explain. A mismatch between the lowered HLO module
+    and the kept leaves is found in C++ and raised as :class:`~torch_xla_ext.errors.InvalidArgumentError`
+    naming the leaf path."""
 
 
-class JaxCallArgumentError(JaxCallError, TypeError):
+class JaxCallArgumentError(JaxCallError, ArgumentTypeError):
     """An input leaf call_jax cannot pass: a non-XLA tensor, an unsupported dtype, an array that is
     not a torch tensor, or an unhashable static value. The message starts with the leaf path."""
 
 
-class JaxCallTraceError(JaxCallError, RuntimeError):
-    """The JAX function raised while being traced; the original exception is the __cause__."""
+class JaxCallTraceError(JaxCallError, InvalidArgumentError):
+    """The JAX function raised while being traced or lowered; the original exception is the
+    __cause__ and the message names the function and the leaf signature."""
 
 
-class JaxCallOutputError(JaxCallError, TypeError):
+class JaxCallOutputError(JaxCallError, ArgumentTypeError):
     """The JAX function returned a leaf that is not an array (path given as ``output...``)."""
-
-
-class JaxCallSignatureError(JaxCallError, ValueError):
-    """The lowered HLO module does not take what the kept leaves say (checked in C++)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +159,7 @@ class _Entry:
         self.name = name
         self.proto = proto
         self.mapping = mapping
-        self.sources = tuple(mapping.sources)
+        self.sources = tuple((src.kind, src.index) for src in mapping.sources)  # per HLO parameter
         self.out_treedef = out_treedef
         self.const_values = const_values
         self.const_tensors: dict[str, list[torch.Tensor]] = {}
@@ -191,7 +190,7 @@ def _signature_key(leaves: list, treedef: Any) -> tuple:
             sig.append(("abstract", leaf.dtype, leaf.shape))
         else:
             sig.append((type(leaf), leaf))
-    return (treedef, tuple(sig), _jax_config.trace_context())
+    return (treedef, tuple(sig), _jt.trace_context())
 
 
 def _leaf_path(path: tuple) -> str:
@@ -250,6 +249,23 @@ def _is_output_leaf(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))  # tracers are jax.Arrays
 
 
+def _lower_kept(fn: Callable, specs: list, platform: str, *, keep_unused: bool):
+    """Lowers ``fn`` for ``platform`` -> (Lowered, hoisted constant values, kept_var_idx).
+
+    kept_var_idx is JAX's calling convention: indices into [hoisted constants..., tensor leaves...]
+    of the module's parameters. The leaves' part comes from jax.export's public
+    ``Exported.module_kept_var_idx`` (the same DCE as the jit lowering; the C++ mapping checks the
+    two agree with the module); hoisted constants are always parameters and lead."""
+    jitted = jax.jit(fn, keep_unused=keep_unused)
+    # torch_xla's SPMD partitioner reads GSPMD sharding annotations, not Shardy's.
+    with _xb.jax_env(), _jt.gspmd_partitioner():
+        lowered = jitted.trace(*specs).lower(lowering_platforms=(platform,))
+        exported = _jax_export.export(jitted, platforms=(platform,))(*specs)
+    consts = _jt.hoisted_constants(lowered)
+    kept = list(range(len(consts))) + [len(consts) + i for i in sorted(exported.module_kept_var_idx)]
+    return lowered, consts, kept
+
+
 def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str | None,
            require_xla: bool) -> _Entry:
     global _lowerings
@@ -276,25 +292,17 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
     fn_name = getattr(jax_fn, "__name__", type(jax_fn).__name__)
     flat_fn.__name__ = flat_fn.__qualname__ = fn_name if fn_name.isidentifier() else "jax_fn"
     _xb.init_runtime_before_jax()
-    # torch_xla's SPMD partitioner reads GSPMD sharding annotations, not Shardy's.
     platform = _xb.lowering_platform()
-    with _xb.jax_env(), _jax_config.use_shardy_partitioner(False):
-        stage = "traced"
-        try:
-            traced = jax.jit(flat_fn, keep_unused=False).trace(*specs)
-            stage = f"lowered for {platform}"
-            lowered = traced.lower(lowering_platforms=(platform,))
-        except JaxCallError:
-            raise
-        except Exception as e:
-            signature = ", ".join(f"{p}: {s.dtype}{list(s.shape)}" for p, s in
-                                  zip((l[0] for l in cc_leaves if l[1] == "tensor"), specs))
-            raise JaxCallTraceError(
-                f"{fn_name} raised {type(e).__name__} while being {stage} with ({signature}): {e}") from e
-    # JAX's calling convention, recorded on the lowering (the same numbers jax.export publishes as
-    # Exported.module_kept_var_idx): kept_var_idx counts the hoisted constants first.
-    lowering = lowered._lowering
-    kept = sorted(lowering.compile_args["kept_var_idx"])
+    signature = ", ".join(f"{p}: {s.dtype}{list(s.shape)}" for p, s in
+                          zip((l[0] for l in cc_leaves if l[1] == "tensor"), specs))
+    try:
+        lowered, const_values, kept = _lower_kept(flat_fn, specs, platform, keep_unused=False)
+    except JaxCallError:
+        raise
+    except Exception as e:  # the user's function (or JAX on it) failed: name both, keep the cause
+        raise JaxCallTraceError(
+            f"{fn_name} raised {type(e).__name__} while being traced and lowered for {platform} with "
+            f"({signature}): {e}") from e
     if not kept:
         # torch_xla's user computation needs at least one input: keep the first tensor leaf as an
         # (unread) parameter. Other leaves are unused, so zeros stand in for them while tracing.
@@ -307,22 +315,17 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
             return flat_fn(t0, *(jax.numpy.zeros(s.shape, s.dtype) for s in specs[1:]))
 
         first_only.__name__ = first_only.__qualname__ = flat_fn.__name__
-        with _xb.jax_env(), _jax_config.use_shardy_partitioner(False):
-            lowered = jax.jit(first_only, keep_unused=True).trace(specs[0]).lower(lowering_platforms=(platform,))
-        lowering = lowered._lowering
-        kept = sorted(lowering.compile_args["kept_var_idx"])
-    const_values = [np.asarray(c) for c in getattr(lowering, "const_args", ())]
+        lowered, const_values, kept = _lower_kept(first_only, specs[:1], platform, keep_unused=True)
     proto = lowered.compiler_ir("hlo").as_serialized_hlo_module_proto()
     const_specs = [(c.dtype.name, list(c.shape)) for c in const_values]
     outputs = [(p, np.dtype(o.dtype).name, list(o.shape)) for p, o in zip(out_paths, lowered.out_info)]
     try:
         mapping = _core.build_param_mapping(cc_leaves, const_specs, kept, proto, outputs)
-    except ValueError as e:
-        hint = ""
+    except InvalidArgumentError as e:
         if not jax.config.jax_enable_x64 and any(l[2] in ("int64", "float64", "uint64", "complex128")
                                                  for l in cc_leaves):
-            hint = " (jax_enable_x64 is off, so JAX lowers 64-bit leaves as 32-bit)"
-        raise JaxCallSignatureError(f"{e}{hint}") from None
+            e.add_note("jax_enable_x64 is off, so JAX lowers 64-bit leaves as 32-bit")
+        raise
     _lowerings += 1
     label = name or f"jax_call::{fn_name}"
     if "::" not in label:
@@ -333,10 +336,14 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
 def _get_entry(jax_fn: Callable, identity: Any, args: Any, kwargs: Any, name: str | None,
                require_xla: bool) -> tuple[_Entry, list]:
     global _hits
+    if not callable(jax_fn):
+        raise JaxCallArgumentError(f"jax_fn: expected a callable JAX function, got {type(jax_fn).__name__}")
     if not isinstance(args, (tuple, list)):
         raise JaxCallArgumentError(f"args: expected a tuple of arguments, got {type(args).__name__}")
     args = tuple(args)
     kwargs = {} if kwargs is None else kwargs
+    if not isinstance(kwargs, dict):
+        raise JaxCallArgumentError(f"kwargs: expected a dict of keyword arguments, got {type(kwargs).__name__}")
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     key = (_signature_key(leaves, treedef), name)
     with _lock:
@@ -373,15 +380,14 @@ def _constants_on(entry: _Entry, device: torch.device) -> list[torch.Tensor]:
 
 
 def _run(entry: _Entry, leaves: list) -> Any:
-    sources = entry.sources
     if entry.computation is None:
         entry.computation = _xb.computation_from_hlo_module_proto(entry.name, entry.proto)
     if entry.const_values:
-        device = next((leaves[s].device for s in sources if s >= 0), None) or _xb.default_device()
+        device = next((leaves[i].device for kind, i in entry.sources if kind == "leaf"), None) or _xb.default_device()
         consts = _constants_on(entry, device)
-        inputs = [leaves[s] if s >= 0 else consts[~s] for s in sources]
+        inputs = [leaves[i] if kind == "leaf" else consts[i] for kind, i in entry.sources]
     else:
-        inputs = [leaves[s] for s in sources]
+        inputs = [leaves[i] for _, i in entry.sources]
     outs = _xb.user_computation(entry.name, inputs, entry.computation)
     return jax.tree_util.tree_unflatten(entry.out_treedef, outs)
 
@@ -423,7 +429,7 @@ def explain(jax_fn: Callable, args: tuple, kwargs: dict | None = None) -> ParamM
         for r in mp.rows)
     constants = tuple(HoistedConstant(c.index, c.hlo_param, tuple(c.shape), c.dtype) for c in mp.constants)
     return ParamMapping(mp.module_name, rows, constants, mp.num_hlo_params,
-                        tuple(text for _, _, text in mp.results), mp.to_table())
+                        tuple(str(t) for t in mp.results), mp.to_table())
 
 
 def cache_info() -> CacheInfo:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from torch_xla_ext._ext import numerics as _core
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["CompareReport", "compare", "assert_close", "default_tolerances"]
 
@@ -112,7 +113,18 @@ class CompareReport:
 
 
 def default_tolerances(*dtypes: str) -> tuple[float, float]:
-    """(rtol, atol) as torch.testing.assert_close picks them: the loosest over ``dtypes``."""
+    """(rtol, atol) as torch.testing.assert_close picks them: the loosest over ``dtypes``.
+
+    Example:
+        >>> default_tolerances("bfloat16", "float32")
+        (0.016, 1e-05)
+    """
+    if not dtypes:
+        raise InvalidArgumentError("dtypes: name at least one of " + ", ".join(_DEFAULT_TOLERANCES))
+    unknown = [d for d in dtypes if d not in _DEFAULT_TOLERANCES]
+    if unknown:
+        raise InvalidArgumentError(f"dtypes: no default tolerances for {unknown[0]!r} "
+                                   f"(known: {', '.join(_DEFAULT_TOLERANCES)})")
     rtols, atols = zip(*(_DEFAULT_TOLERANCES[d] for d in dtypes))
     return max(rtols), max(atols)
 
@@ -129,7 +141,7 @@ class _Buffer:
         elif isinstance(value, (np.ndarray, np.floating)):
             self._from_numpy(np.asarray(value), side)
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{side}: expected a torch.Tensor or a numpy.ndarray, got {type(value).__module__}.{type(value).__qualname__}"
             )
 
@@ -162,7 +174,7 @@ class _Buffer:
 def _check_float(dtype: str, type_name: str, side: str) -> None:
     if dtype not in _DTYPES:
         kind = "complex" if "complex" in dtype else "bool" if dtype == "bool" else "integer" if "int" in dtype else "unsupported"
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{side} has dtype {type_name} ({kind}); compare supports float64, float32, bfloat16 and float16"
         )
 
@@ -189,25 +201,33 @@ def compare(
     tolerances are torch.testing's for the dtypes; pass both ``rtol`` and ``atol`` or neither.
 
     Raises:
-        TypeError: an input is not a tensor/array, is not floating point, or the dtypes differ
-            while ``check_dtype`` is True.
-        ValueError: the shapes differ, or only one of rtol/atol is given.
+        ArgumentTypeError (a TypeError): an input is not a tensor/array, is not floating point, or
+            the dtypes differ while ``check_dtype`` is True.
+        InvalidArgumentError (a ValueError): the shapes differ, only one of rtol/atol is given,
+            or a tolerance is negative or not finite.
+
+    Example:
+        >>> compare(np.float32([1.0, 2.0]), np.float32([1.0, 2.5])).mismatched
+        1
     """
     a = _Buffer(actual, "actual")
     e = _Buffer(expected, "expected")
     if check_dtype and a.dtype != e.dtype:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"dtype mismatch: actual is {a.type_name}, expected is {e.type_name} "
             "(pass check_dtype=False to compare in the promoted dtype)"
         )
     if a.shape != e.shape:
-        raise ValueError(f"shape mismatch: actual has shape {a.shape}, expected has shape {e.shape}")
+        raise InvalidArgumentError(f"shape mismatch: actual has shape {a.shape}, expected has shape {e.shape}")
     if (rtol is None) != (atol is None):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"Both 'rtol' and 'atol' must be either specified or omitted, but got no {'rtol' if rtol is None else 'atol'}."
         )
     if rtol is None:
         rtol, atol = default_tolerances(a.dtype, e.dtype)
+    for flag, value in (("rtol", rtol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+            raise ArgumentTypeError(f"{flag}: expected a number, got {type(value).__name__}")
     r = _core.compare(
         a.data, _DTYPES[a.dtype], a.shape, a.strides,
         e.data, _DTYPES[e.dtype], e.shape, e.strides,
@@ -239,7 +259,8 @@ def compare(
 
 
 def assert_close(actual: Any, expected: Any, **kwargs: Any) -> CompareReport:
-    """Like :func:`compare`, but raises AssertionError carrying the report when it fails.
+    """Like :func:`compare`, but raises AssertionError carrying the report when it fails (a
+    failed check, not a bad argument: bad arguments raise as in :func:`compare`).
 
     Example:
         >>> assert_close(np.float32([1.0]), np.float32([1.0])).passed

@@ -1,5 +1,8 @@
 #include "cc/common/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace txe {
 
 const char* StatusCodeName(StatusCode code) {
@@ -19,5 +22,14 @@ std::string Status::ToString() const {
   if (ok()) return "OK";
   return std::string(StatusCodeName(code_)) + ": " + message_;
 }
+
+namespace internal {
+
+void DieOnValueOfError(const Status& status) {
+  std::fprintf(stderr, "txe::StatusOr::value() called on an error: %s\n", status.ToString().c_str());
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace txe

@@ -45,7 +45,15 @@ inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, 
 inline Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
-// Holds a value or a non-OK Status. Accessing value() of an error is a programming error.
+namespace internal {
+// Prints "<what> of a StatusOr holding <status>" to stderr and aborts: reading the value of an
+// error is a bug of the caller, and continuing would read an empty optional.
+[[noreturn]] void DieOnValueOfError(const Status& status);
+}  // namespace internal
+
+// Holds a value or a non-OK Status. value() (and *, ->) on an error aborts the process with the
+// status printed, as absl's does when exceptions are off: check ok() first, or use
+// TXE_ASSIGN_OR_RETURN.
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
@@ -57,15 +65,24 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  const T& value() const& { return *value_; }
-  T& value() & { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  const T& operator*() const& { return *value_; }
-  T& operator*() & { return *value_; }
-  const T* operator->() const { return &*value_; }
-  T* operator->() { return &*value_; }
+  const T& value() const& { return Checked(); }
+  T& value() & { return Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  const T& operator*() const& { return Checked(); }
+  T& operator*() & { return Checked(); }
+  const T* operator->() const { return &Checked(); }
+  T* operator->() { return &Checked(); }
 
  private:
+  const T& Checked() const {
+    if (!value_.has_value()) internal::DieOnValueOfError(status_);
+    return *value_;
+  }
+  T& Checked() {
+    if (!value_.has_value()) internal::DieOnValueOfError(status_);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -54,5 +54,12 @@ TEST(StatusTest, MoveOnlyValues) {
   EXPECT_EQ(*p, 7);
 }
 
+TEST(StatusDeathTest, ValueOfAnErrorAbortsWithTheStatus) {
+  StatusOr<std::string> r = NotFoundError("manifest.json");
+  EXPECT_DEATH((void)r.value(), "StatusOr::value\\(\\) called on an error: NOT_FOUND: manifest.json");
+  EXPECT_DEATH((void)r->size(), "NOT_FOUND: manifest.json");
+  EXPECT_DEATH((void)std::move(r).value(), "NOT_FOUND");
+}
+
 }  // namespace
 }  // namespace txe

@@ -24,7 +24,7 @@ StatusOr<ArrayType> ExpectedType(const std::string& what, const std::string& dty
 }
 
 Status CheckParam(const std::string& what, int64_t index, const ArrayType& param, const ArrayType& expected) {
-  if (param.type == PrimitiveType::kTuple) {
+  if (param.type == PrimitiveType::TUPLE) {
     return UnimplementedError(what + ": HLO parameter " + std::to_string(index) + " is a tuple " +
                               param.ToString() + "; tupled arguments are not supported");
   }

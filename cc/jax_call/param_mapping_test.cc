@@ -19,7 +19,7 @@ HloSignature Sig(std::vector<ArrayType> params) {
   HloSignature s;
   s.module_name = "jit_f";
   s.parameters = std::move(params);
-  s.result = Arr(PrimitiveType::kF32, {3});
+  s.result = Arr(PrimitiveType::F32, {3});
   return s;
 }
 
@@ -32,7 +32,7 @@ TEST(ParamMappingTest, MapsKeptLeavesAndSkipsUnusedAndStatics) {
   std::vector<Leaf> leaves = {Tensor("args[0]", "float32", {3}), Static("args[1]", "2"),
                               Tensor("args[2]['w']", "bfloat16", {2, 2}), Tensor("kwargs['b']", "float32", {3})};
   // Tensor leaves in flat order: args[0] (0), args[2]['w'] (1), kwargs['b'] (2); only 0 and 2 kept.
-  auto m = BuildParamMapping(leaves, {}, {0, 2}, Sig({Arr(PrimitiveType::kF32, {3}), Arr(PrimitiveType::kF32, {3})}));
+  auto m = BuildParamMapping(leaves, {}, {0, 2}, Sig({Arr(PrimitiveType::F32, {3}), Arr(PrimitiveType::F32, {3})}));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->num_hlo_params(), 2);
   EXPECT_EQ(m->rows[0].hlo_param, 0);
@@ -53,7 +53,7 @@ TEST(ParamMappingTest, HoistedConstantsComeFirst) {
   std::vector<Leaf> leaves = {Tensor("args[0]", "float32", {3}), Tensor("args[1]", "float32", {3})};
   std::vector<ConstantSpec> constants = {{"float32", {3}}};
   // JAX shifts the leaves' indices by the number of constants: 0 is the constant, 2 is args[1].
-  auto m = BuildParamMapping(leaves, constants, {0, 2}, Sig({Arr(PrimitiveType::kF32, {3}), Arr(PrimitiveType::kF32, {3})}));
+  auto m = BuildParamMapping(leaves, constants, {0, 2}, Sig({Arr(PrimitiveType::F32, {3}), Arr(PrimitiveType::F32, {3})}));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->constants[0].hlo_param, 0);
   EXPECT_EQ(m->sources[0].kind, ParamSource::Kind::kConstant);
@@ -64,16 +64,16 @@ TEST(ParamMappingTest, HoistedConstantsComeFirst) {
 
 TEST(ParamMappingTest, ErrorsNameTheLeafPath) {
   std::vector<Leaf> leaves = {Tensor("args[0]", "float32", {3}), Tensor("args[1]['w']", "int64", {4, 3})};
-  auto shape = BuildParamMapping(leaves, {}, {0, 1}, Sig({Arr(PrimitiveType::kF32, {3}), Arr(PrimitiveType::kS64, {3, 4})}));
+  auto shape = BuildParamMapping(leaves, {}, {0, 1}, Sig({Arr(PrimitiveType::F32, {3}), Arr(PrimitiveType::S64, {3, 4})}));
   ASSERT_FALSE(shape.ok());
   EXPECT_EQ(shape.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(shape.status().message(), "args[1]['w']: HLO parameter 1 is s64[3,4] but the leaf is s64[4,3]");
 
-  auto dtype = BuildParamMapping(leaves, {}, {0, 1}, Sig({Arr(PrimitiveType::kF32, {3}), Arr(PrimitiveType::kS32, {4, 3})}));
+  auto dtype = BuildParamMapping(leaves, {}, {0, 1}, Sig({Arr(PrimitiveType::F32, {3}), Arr(PrimitiveType::S32, {4, 3})}));
   ASSERT_FALSE(dtype.ok());
   EXPECT_EQ(dtype.status().message(), "args[1]['w']: HLO parameter 1 is s32[4,3] but the leaf is s64[4,3]");
 
-  auto count = BuildParamMapping(leaves, {}, {1}, Sig({Arr(PrimitiveType::kF32, {3}), Arr(PrimitiveType::kS64, {4, 3})}));
+  auto count = BuildParamMapping(leaves, {}, {1}, Sig({Arr(PrimitiveType::F32, {3}), Arr(PrimitiveType::S64, {4, 3})}));
   ASSERT_FALSE(count.ok());
   EXPECT_EQ(count.status().message(), "HLO module 'jit_f' has 2 parameters but 1 inputs are kept [args[1]['w']]");
 
@@ -85,11 +85,11 @@ TEST(ParamMappingTest, ErrorsNameTheLeafPath) {
 TEST(ParamMappingTest, RejectsBadKeptVarIdxAndTupleParams) {
   std::vector<Leaf> leaves = {Tensor("args[0]", "float32", {3})};
   EXPECT_EQ(BuildParamMapping(leaves, {}, {1}, Sig({})).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(BuildParamMapping(leaves, {{"float32", {3}}}, {1}, Sig({Arr(PrimitiveType::kF32, {3})})).status().code(),
+  EXPECT_EQ(BuildParamMapping(leaves, {{"float32", {3}}}, {1}, Sig({Arr(PrimitiveType::F32, {3})})).status().code(),
             StatusCode::kInvalidArgument);  // the constant must be kept
   ArrayType tuple;
-  tuple.type = PrimitiveType::kTuple;
-  tuple.tuple = {Arr(PrimitiveType::kF32, {3})};
+  tuple.type = PrimitiveType::TUPLE;
+  tuple.tuple = {Arr(PrimitiveType::F32, {3})};
   auto t = BuildParamMapping(leaves, {}, {0}, Sig({tuple}));
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
@@ -97,10 +97,10 @@ TEST(ParamMappingTest, RejectsBadKeptVarIdxAndTupleParams) {
 }
 
 TEST(ParamMappingTest, CheckOutputsNamesTheOutputPath) {
-  HloSignature sig = Sig({Arr(PrimitiveType::kF32, {3})});
+  HloSignature sig = Sig({Arr(PrimitiveType::F32, {3})});
   ArrayType tuple;
-  tuple.type = PrimitiveType::kTuple;
-  tuple.tuple = {Arr(PrimitiveType::kF32, {3}), Arr(PrimitiveType::kS32, {})};
+  tuple.type = PrimitiveType::TUPLE;
+  tuple.tuple = {Arr(PrimitiveType::F32, {3}), Arr(PrimitiveType::S32, {})};
   sig.result = tuple;
   auto m = BuildParamMapping({Tensor("args[0]", "float32", {3})}, {}, {0}, sig);
   ASSERT_TRUE(m.ok()) << m.status().ToString();

@@ -247,9 +247,36 @@ Status ValidateView(const char* side, const TensorView& v, int64_t* total) {
                                 std::to_string(v.shape.size()));
   }
   int64_t n = 1;
+  bool overflow = false, empty = false;
   for (int64_t d : v.shape) {
     if (d < 0) return InvalidArgumentError(std::string(side) + ": negative dimension in shape " + ShapeString(v.shape));
-    n *= d;
+    overflow |= __builtin_mul_overflow(n, d, &n);
+    empty |= d == 0;
+  }
+  if (empty) {
+    n = 0;  // an empty dimension makes any product of the others moot
+  } else if (overflow) {
+    return InvalidArgumentError(std::string(side) + ": shape " + ShapeString(v.shape) +
+                                " has more elements than int64 can count");
+  }
+  // The walk adds (dim - 1) * stride per dimension to an element offset, then scales it by the
+  // element size: every offset must fit in int64 bytes.
+  if (n > 0 && !v.strides.empty()) {
+    int64_t span = 0;
+    for (size_t d = 0; d < v.shape.size(); ++d) {
+      const int64_t stride = v.strides[d];
+      int64_t reach = 0;
+      if (stride == INT64_MIN || __builtin_mul_overflow(v.shape[d] - 1, stride < 0 ? -stride : stride, &reach) ||
+          __builtin_add_overflow(span, reach, &span)) {
+        overflow = true;
+        break;
+      }
+    }
+    int64_t bytes = 0;
+    if (overflow || __builtin_mul_overflow(span, int64_t{DTypeSize(v.dtype)}, &bytes)) {
+      return InvalidArgumentError(std::string(side) + ": strides " + ShapeString(v.strides) + " over shape " +
+                                  ShapeString(v.shape) + " reach past what int64 byte offsets address");
+    }
   }
   if (n > 0 && v.data == nullptr) {
     return InvalidArgumentError(std::string(side) + ": null data for " + std::to_string(n) + " elements");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cc/numerics/float_bits.h"
@@ -134,6 +135,28 @@ TEST(CompareTest, BadArgumentsAreRejected) {
   EXPECT_EQ(Compare(ok, ok, {-1.0, 0.0, false, 0}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Compare(ok, ok, {kNaN, 0.0, false, 0}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Compare(ok, ok, {0.0, 0.0, false, -2}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CompareTest, ShapeAndStrideOverflowIsInvalidArgument) {
+  // 2^32 * 2^32 elements wrap int64 to 0 without the check, which would report "equal" without
+  // reading anything; the strides of a 2-element view can also point past any byte offset.
+  std::vector<float> a(4);
+  const int64_t big = int64_t{1} << 32;
+  TensorView huge{a.data(), DType::kFloat32, {big, big}, {}};
+  auto r = Compare(huge, huge, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("actual: shape (4294967296, 4294967296) has more elements"), std::string::npos)
+      << r.status().message();
+  TensorView wrapped{a.data(), DType::kFloat32, {2, big, big, 0}, {}};  // empty: nothing to count
+  EXPECT_TRUE(Compare(wrapped, wrapped, {}).ok());
+  TensorView far{a.data(), DType::kFloat32, {2}, {std::numeric_limits<int64_t>::max() / 2}};
+  TensorView ok{a.data(), DType::kFloat32, {2}, {}};
+  auto s = Compare(ok, far, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("expected: strides"), std::string::npos) << s.status().message();
+  TensorView min_stride{a.data(), DType::kFloat32, {2}, {std::numeric_limits<int64_t>::min()}};
+  EXPECT_EQ(Compare(min_stride, ok, {}).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CompareTest, StridedViewsMatchContiguousCopy) {

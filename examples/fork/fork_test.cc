@@ -277,8 +277,8 @@ jc::Leaf Static(std::string path, std::string value) {
 CallJaxRequest ExampleRequest(const std::string& w_dtype = "bfloat16", const std::string& sum_dtype = "float32") {
   CallJaxRequest r;
   r.hlo_module_proto = HloModuleProto(
-      "jit_f", {Shape(PT::kF32, {3}), Shape(PT::kF32, {2, 3}), Shape(PT::kBF16, {3})},
-      TupleShape({Shape(PT::kF32, {2, 3}), Shape(PT::kF32, {})}));
+      "jit_f", {Shape(PT::F32, {3}), Shape(PT::F32, {2, 3}), Shape(PT::BF16, {3})},
+      TupleShape({Shape(PT::F32, {2, 3}), Shape(PT::F32, {})}));
   r.leaves = {Tensor("args[0]", "float32", {2, 3}), Tensor("args[1]", "float32", {5}), Static("args[2]", "2.0"),
               Tensor("kwargs['w']", w_dtype, {3})};
   r.constants = {{"float32", {3}}};

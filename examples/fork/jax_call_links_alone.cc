@@ -9,8 +9,8 @@ namespace jc = txe::jax_call;
 
 int main() {
   const std::string proto = txe::jax_call::testing::HloModuleProto(
-      "jit_g", {txe::jax_call::testing::Shape(jc::PrimitiveType::kF32, {4})},
-      txe::jax_call::testing::Shape(jc::PrimitiveType::kF32, {4}));
+      "jit_g", {txe::jax_call::testing::Shape(jc::PrimitiveType::F32, {4})},
+      txe::jax_call::testing::Shape(jc::PrimitiveType::F32, {4}));
   auto mapping = jc::BuildParamMapping({jc::Leaf{"args[0]", jc::LeafKind::kTensor, "float32", {4}, ""}}, {}, {0}, proto);
   if (!mapping.ok() || mapping->num_hlo_params() != 1 || mapping->rows[0].hlo_param != 0) {
     std::fprintf(stderr, "BuildParamMapping: %s\n", mapping.ok() ? "wrong mapping" : mapping.status().ToString().c_str());

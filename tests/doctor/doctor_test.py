@@ -2,15 +2,44 @@
 its sections and the facts each component establishes about the model."""
 
 import json
+import math
 import os
+import struct
 import subprocess
 import sys
+import zlib
 
 import pytest
 
 from torch_xla_ext import doctor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _png_facts(data: bytes) -> tuple[int, int, int]:
+    """(width, height, distinct byte values of the decoded scanlines) of a PNG, every chunk's CRC
+    checked: a picture that was drawn, not just a file that starts like one."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        (n,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        body, (crc,) = data[pos + 8:pos + 8 + n], struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+        assert zlib.crc32(kind + body) == crc, kind
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+        if kind == b"IEND":
+            break
+    return width, height, len(set(zlib.decompress(idat)))
+
+
+def test_json_safe_keeps_strings_and_makes_non_finite_values_strict_json():
+    data = {"msg": "NaN and Infinity stay text", "v": [math.nan, math.inf, -math.inf, 1.5], (1, 2): ("a", None)}
+    safe = doctor._json_safe(data)
+    assert safe == {"msg": "NaN and Infinity stay text", "v": ["nan", "inf", "-inf", 1.5], "(1, 2)": ["a", None]}
+    assert json.loads(json.dumps(safe, allow_nan=False)) == safe
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +55,10 @@ def test_report_directory(embedded):
     for f in ("report.md", "report.json", "numerics_ulp.png", "graph_breaks.png", "bundle/manifest.json",
               "bundle/module.mlir", "bundle/module.mlirbc"):
         assert (out / f).is_file(), f
-    assert (out / "numerics_ulp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for png in ("numerics_ulp.png", "graph_breaks.png"):
+        width, height, distinct = _png_facts((out / png).read_bytes())
+        assert width >= 300 and height >= 200, (png, width, height)
+        assert distinct >= 8, f"{png}: only {distinct} distinct byte values: a blank picture"
     assert report.ok, report.summary()
     assert [s.name for s in report.sections] == ["parity", "export", "call_jax", "graph_breaks"]
     assert any(line.startswith("[4/4] graph_breaks") for line in lines)  # progress while it runs
@@ -81,7 +113,7 @@ def test_user_model_through_the_cli(tmp_path):
     ("user_models", "--model: expected module:factory"),
     ("no_such_module:f", "--model: cannot import 'no_such_module'"),
     ("user_models:missing", "--model: user_models has no callable 'missing'"),
-    ("user_models:not_a_pair", "must return (model, args) or (model, args, kwargs)"),
+    ("user_models:not_a_pair", "user_models:not_a_pair() must return (model, args) or (model, args, kwargs)"),
 ])
 def test_bad_model_spec_names_the_flag(tmp_path, spec, message):
     proc = _cli("--model", spec, "--out", str(tmp_path / "r"), cwd=HERE)

@@ -17,6 +17,7 @@ from jax_reference import assert_bit_equal, run_in_jax  # noqa: E402
 
 from torch_xla_ext import jax_call  # noqa: E402
 from torch_xla_ext._ext import jax_call as _core  # noqa: E402
+from torch_xla_ext.errors import InvalidArgumentError  # noqa: E402
 
 
 def xla(*shape, dtype=torch.float32, seed=0):
@@ -27,7 +28,7 @@ def xla(*shape, dtype=torch.float32, seed=0):
 def hlo_params_of_keep_unused(fn, specs):
     """How many parameters torch_xla 2.9's call_jax gives the module (it lowers keep_unused=True)."""
     proto = jax.jit(fn, keep_unused=True).lower(*specs).compiler_ir("hlo").as_serialized_hlo_module_proto()
-    return len(_core.read_hlo_signature(proto)[1])
+    return len(_core.read_hlo_signature(proto).parameters)
 
 
 def check_against_jax(fn, args, kwargs=None):
@@ -199,16 +200,17 @@ def test_cpp_signature_reader_agrees_with_jaxlib():
     ]
     for fn, specs in fns_specs:
         hlo = jax.jit(fn).lower(*specs).compiler_ir("hlo")
-        name, params, results = _core.read_hlo_signature(hlo.as_serialized_hlo_module_proto())
+        sig = _core.read_hlo_signature(hlo.as_serialized_hlo_module_proto())
         ps = hlo.program_shape()
-        assert [tuple(p[1]) for p in params] == [tuple(s.dimensions()) for s in ps.parameter_shapes()]
+        assert [tuple(p.dims) for p in sig.parameters] == [tuple(s.dimensions()) for s in ps.parameter_shapes()]
         # jaxlib prints with layouts ("f32[3]{0}"); ours without.
         strip = lambda s: str(s).split("{")[0]  # noqa: E731
-        assert [p[2] for p in params] == [strip(s) for s in ps.parameter_shapes()]
+        assert [str(p) for p in sig.parameters] == [strip(s) for s in ps.parameter_shapes()]
+        assert [p.element_type for p in sig.parameters] == [strip(s).split("[")[0] for s in ps.parameter_shapes()]
         res = ps.result_shape()
         expected = [strip(s) for s in res.tuple_shapes()] if res.is_tuple() else [strip(res)]
-        assert [r[2] for r in results] == expected
-        assert name.startswith("jit_")
+        assert [str(r) for r in sig.results] == expected
+        assert sig.module_name == hlo.as_hlo_module().name
 
 
 def test_cpp_check_rejects_a_module_that_disagrees_with_the_leaves():
@@ -216,8 +218,9 @@ def test_cpp_check_rejects_a_module_that_disagrees_with_the_leaves():
         jax.ShapeDtypeStruct((3,), jnp.float32), jax.ShapeDtypeStruct((3,), jnp.float32)
     ).compiler_ir("hlo").as_serialized_hlo_module_proto()
     leaves = [("args[0]", "tensor", "float32", [3], ""), ("args[1]['w']", "tensor", "float32", [4], "")]
-    with pytest.raises(ValueError, match=r"args\[1\]\['w'\]: HLO parameter 1 is f32\[3\] but the leaf is f32\[4\]"):
+    with pytest.raises(InvalidArgumentError, match=r"args\[1\]\['w'\]: HLO parameter 1 is f32\[3\] but the leaf is f32\[4\]") as e:
         _core.build_param_mapping(leaves, [], [0, 1], proto)
+    assert isinstance(e.value, ValueError) and e.value.code == "INVALID_ARGUMENT"
     with pytest.raises(ValueError, match=r"has 2 parameters but 1 inputs are kept \[args\[0\]\]"):
         _core.build_param_mapping(leaves, [], [0], proto)
     good = [("args[0]", "tensor", "float32", [3], ""), ("args[1]['w']", "tensor", "float32", [3], "")]
@@ -229,8 +232,9 @@ def test_cpp_check_rejects_a_module_that_disagrees_with_the_leaves():
 def test_int64_leaf_without_x64_is_named():
     # JAX lowers int64 as int32 while jax_enable_x64 is off; the C++ check catches the mismatch.
     assert not jax.config.jax_enable_x64
-    with pytest.raises(jax_call.JaxCallSignatureError, match=r"args\[0\]\['ids'\]: HLO parameter 0 is s32\[4\] but the leaf is s64\[4\].*jax_enable_x64"):
+    with pytest.raises(InvalidArgumentError, match=r"args\[0\]\['ids'\]: HLO parameter 0 is s32\[4\] but the leaf is s64\[4\]") as e:
         jax_call.call_jax(lambda d: d["ids"] + 1, ({"ids": torch.arange(4).to("xla")},))
+    assert e.value.__notes__ == ["jax_enable_x64 is off, so JAX lowers 64-bit leaves as 32-bit"]
 
 
 def test_cpu_tensor_is_named():
@@ -258,7 +262,7 @@ def test_function_raising_while_tracing():
     def bad(a, b):
         return a @ b  # (3,) @ (4,): shapes do not match
 
-    with pytest.raises(jax_call.JaxCallTraceError, match=r"bad raised TypeError while being traced with \(args\[0\]: float32\[3\], args\[1\]: float32\[4\]\)") as e:
+    with pytest.raises(jax_call.JaxCallTraceError, match=r"bad raised TypeError while being traced and lowered for cpu with \(args\[0\]: float32\[3\], args\[1\]: float32\[4\]\)") as e:
         jax_call.call_jax(bad, (xla(3), xla(4)))
     assert isinstance(e.value.__cause__, TypeError)
 

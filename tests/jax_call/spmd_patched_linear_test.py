@@ -10,7 +10,8 @@ import copy
 import importlib.util
 import os
 
-os.environ.setdefault("CPU_NUM_DEVICES", "4")
+OWN_PROCESS = "SPMD mode and CPU_NUM_DEVICES=4 are process-wide"
+os.environ["CPU_NUM_DEVICES"] = "4"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

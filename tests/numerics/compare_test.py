@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from reference import reference  # noqa: E402
 
 from torch_xla_ext import numerics  # noqa: E402
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError  # noqa: E402
 
 DTYPES = {
     "float64": np.dtype(np.float64),
@@ -149,12 +150,12 @@ def test_xla_tensor_is_moved_once_and_compared():
 @pytest.mark.parametrize(
     "actual, expected, error, pattern",
     [
-        (np.arange(3), np.arange(3), TypeError, r"actual has dtype numpy.int64 \(integer\)"),
-        (np.zeros(3), np.zeros(3, dtype=np.complex64), TypeError, r"expected has dtype numpy.complex64 \(complex\)"),
-        (np.zeros(3, dtype=bool), np.zeros(3), TypeError, r"actual has dtype numpy.bool \(bool\)"),
-        (np.zeros((2, 3)), np.zeros((3, 2)), ValueError, r"actual has shape \(2, 3\), expected has shape \(3, 2\)"),
-        (np.zeros(3, np.float32), np.zeros(3), TypeError, r"actual is numpy.float32, expected is numpy.float64"),
-        ([1.0, 2.0], np.zeros(2), TypeError, r"actual: expected a torch.Tensor or a numpy.ndarray, got builtins.list"),
+        (np.arange(3), np.arange(3), ArgumentTypeError, r"actual has dtype numpy.int64 \(integer\)"),
+        (np.zeros(3), np.zeros(3, dtype=np.complex64), ArgumentTypeError, r"expected has dtype numpy.complex64 \(complex\)"),
+        (np.zeros(3, dtype=bool), np.zeros(3), ArgumentTypeError, r"actual has dtype numpy.bool \(bool\)"),
+        (np.zeros((2, 3)), np.zeros((3, 2)), InvalidArgumentError, r"actual has shape \(2, 3\), expected has shape \(3, 2\)"),
+        (np.zeros(3, np.float32), np.zeros(3), ArgumentTypeError, r"actual is numpy.float32, expected is numpy.float64"),
+        ([1.0, 2.0], np.zeros(2), ArgumentTypeError, r"actual: expected a torch.Tensor or a numpy.ndarray, got builtins.list"),
     ],
 )
 def test_bad_inputs_name_both_sides(actual, expected, error, pattern):
@@ -165,11 +166,11 @@ def test_bad_inputs_name_both_sides(actual, expected, error, pattern):
 def test_torch_dtype_errors_and_tolerance_pairs():
     import torch
 
-    with pytest.raises(TypeError, match=r"actual has dtype torch.int32 \(integer\)"):
+    with pytest.raises(ArgumentTypeError, match=r"actual has dtype torch.int32 \(integer\)"):
         numerics.compare(torch.zeros(2, dtype=torch.int32), torch.zeros(2))
-    with pytest.raises(ValueError, match="Both 'rtol' and 'atol'"):
+    with pytest.raises(InvalidArgumentError, match="Both 'rtol' and 'atol'"):
         numerics.compare(np.zeros(2), np.zeros(2), rtol=1e-3)
-    with pytest.raises(ValueError, match="rtol and atol must be finite"):
+    with pytest.raises(InvalidArgumentError, match="rtol and atol must be finite"):
         numerics.compare(np.zeros(2), np.zeros(2), rtol=-1.0, atol=0.0)
     # check_dtype=False compares in the promoted dtype with the looser default tolerances.
     r = numerics.compare(torch.ones(2, dtype=torch.bfloat16), torch.ones(2), check_dtype=False)

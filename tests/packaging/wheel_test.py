@@ -1,8 +1,13 @@
-"""The wheel Bazel builds (the one `pip wheel .` hands out) installs into a new venv that sees the
-pinned stack, and works from outside the source tree: import, extension, console script."""
+"""The wheel Bazel builds (the one `pip wheel .` hands out): its metadata declares everything the
+package imports, and it installs into a new venv that sees the pinned stack and works from outside
+the source tree (import, extension, console script). fresh_venv_test.py installs it the way a
+training image does, with pip resolving the stack itself."""
 
+import ast
+import importlib.metadata
 import os
 import pathlib
+import re
 import site
 import subprocess
 import sys
@@ -11,14 +16,84 @@ import zipfile
 import numpy as np
 import pytest
 
-WHEEL_DIR = pathlib.Path(os.environ["TEST_SRCDIR"]) / os.environ["TEST_WORKSPACE"] / "python" / "wheel"
+from tests.packaging.wheels import REPO, built_wheel
 
 
 @pytest.fixture(scope="module")
 def wheel() -> pathlib.Path:
-    wheels = sorted(WHEEL_DIR.glob("*.whl"))
-    assert len(wheels) == 1, wheels
-    return wheels[0]
+    return built_wheel()
+
+
+def _requires(wheel: pathlib.Path) -> list[str]:
+    meta = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/METADATA")
+    return [line.split(":", 1)[1].strip() for line in meta.decode().splitlines() if line.startswith("Requires-Dist:")]
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def undeclared_imports(sources: dict[str, str], declared: set[str]) -> dict[str, str]:
+    """{top-level module: file} of imports that are neither the standard library, the package
+    itself, nor provided by a declared distribution (function-level imports included)."""
+    providers = importlib.metadata.packages_distributions()
+    out = {}
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text, path)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top == "torch_xla_ext":
+                    continue
+                dists = {_norm(d) for d in providers.get(top, [top])}
+                if not dists & declared:
+                    out.setdefault(top, path)
+    return out
+
+
+def test_every_import_is_declared(wheel):
+    z = zipfile.ZipFile(wheel)
+    sources = {n: z.read(n).decode() for n in z.namelist() if n.endswith(".py")}
+    declared = {_norm(re.split(r"[<>=!~;\[ ]", r, 1)[0]) for r in _requires(wheel)}
+    missing = undeclared_imports(sources, declared)
+    assert not missing, f"imported but not declared in the wheel's Requires-Dist: {missing}"
+    # The check itself catches an undeclared import (PyYAML is in the venv, but not declared).
+    assert undeclared_imports({"x.py": "def f():\n    import yaml\n"}, declared) == {"yaml": "x.py"}
+
+
+def test_stack_is_exact_and_the_rest_are_ranges(wheel):
+    reqs = _requires(wheel)
+    for exact in ("torch==2.9.0", "torch-xla==2.9.0", "jax==0.7.1", "jaxlib==0.7.1"):
+        assert exact in reqs, reqs
+    numpy_req = next(r for r in reqs if r.startswith("numpy"))
+    assert "==" not in numpy_req and ">=" in numpy_req
+    assert 'matplotlib>=3.7; extra == "plot"' in reqs
+    # The development pins must satisfy the wheel's ranges (numeric release versions only).
+    pins = {}
+    for line in (REPO / "python" / "requirements.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, ver = line.split("==", 1)
+            pins[_norm(name)] = ver
+    for req in reqs:
+        name, spec = re.match(r"([A-Za-z0-9_.-]+)([^;]*)", req).groups()
+        assert _satisfies(pins[_norm(name)], spec), (req, pins[_norm(name)])
+    assert not _satisfies("1.25.0", ">=1.26,<3") and not _satisfies("3.0", ">=1.26,<3")  # the check can fail
+
+
+def _satisfies(version: str, spec: str) -> bool:
+    """`version` within comma-separated `>=`, `<`, `==` clauses of numeric release versions."""
+    key = lambda v: tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])  # noqa: E731
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        op, want = re.match(r"(>=|<=|==|<|>)\s*(.+)", clause).groups()
+        a, b = key(version), key(want)
+        if not {">=": a >= b, "<=": a <= b, "==": a == b, "<": a < b, ">": a > b}[op]:
+            return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +118,36 @@ def _env():
     return env
 
 
+# What a manylinux-style wheel may expect of the system; everything else must ship in the wheel.
+_SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2",
+                "libpthread.so.0", "libdl.so.2", "librt.so.1", "libz.so.1"}
+
+
+def _needed(data: bytes) -> list[str]:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".so") as f:
+        f.write(data)
+        f.flush()
+        out = subprocess.run(["readelf", "-d", f.name], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def test_shared_libraries_ship_in_the_wheel(wheel):
+    z = zipfile.ZipFile(wheel)
+    libs = {n.rsplit("/", 1)[-1]: n for n in z.namelist() if re.search(r"\.so(\.\d+)*$", n)}
+    assert {"_ext.so", "libtxe_hooks.so", "libtxe_xla_proto.so"} <= set(libs), sorted(libs)
+    assert any(n.startswith("libprotobuf.so.") for n in libs), sorted(libs)
+    for name, arcname in libs.items():
+        missing = [lib for lib in _needed(z.read(arcname)) if lib not in libs and lib not in _SYSTEM_LIBS]
+        assert not missing, f"{arcname} needs {missing}, which the wheel does not ship"
+
+
 def test_wheel_contents(wheel):
     assert wheel.name.startswith("torch_xla_ext-0.1.0-cp3")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"torch_xla_ext/__init__.py", "torch_xla_ext/numerics.py", "torch_xla_ext/_ext.so"} <= names
+    assert {"torch_xla_ext/__init__.py", "torch_xla_ext/numerics.py", "torch_xla_ext/_ext.so",
+            "torch_xla_ext/_ext.pyi", "torch_xla_ext/py.typed"} <= names
     meta = zipfile.ZipFile(wheel).read("torch_xla_ext-0.1.0.dist-info/METADATA").decode()
     assert "Requires-Dist: torch==2.9.0" in meta and "Requires-Dist: torch-xla==2.9.0" in meta
     assert "Requires-Dist: jax==0.7.1" in meta

@@ -1,5 +1,9 @@
 """`torch-xla-ext`: one subcommand per component, each in its own module of this package
-(``torch_xla_ext/cli/<command>.py`` with ``register(subparsers)``), listed here."""
+(``torch_xla_ext/cli/<command>.py`` with ``register(subparsers)``), listed here.
+
+Exit codes: 0 success, 1 a failed check (or a bug: anything that is not our error shows its
+traceback), 2 bad input (a :class:`~torch_xla_ext.errors.TorchXlaExtError`, whose message names
+the flag, file or field; argparse's own usage errors exit 2 as well)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import argparse
 import importlib
 import os
 import sys
+
+from torch_xla_ext.errors import TorchXlaExtError
 
 # Components with a subcommand, in the order `--help` lists them.
 _COMMANDS = ("numerics", "export", "parity", "graph_breaks", "doctor")
@@ -36,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as e:
+    except TorchXlaExtError as e:  # bad input, named in the message; anything else is a bug (traceback)
         print(f"torch-xla-ext {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 
 from torch_xla_ext.cli import progress
+from torch_xla_ext.errors import InvalidArgumentError
 
 
 def _run(args: argparse.Namespace) -> int:
     from torch_xla_ext import doctor
 
     if args.steps < 1:
-        raise ValueError(f"--steps: expected >= 1, got {args.steps}")
+        raise InvalidArgumentError(f"--steps: expected >= 1, got {args.steps}")
     report = doctor.run(args.out, model=args.model, steps=args.steps, progress=progress)
     print(report.summary())
     return 0 if report.ok else 1
@@ -26,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and bf16) or on --model, and write report.md, report.json, PNG plots and the exported bundle.",
     )
     p.add_argument("--model", metavar="MODULE:FACTORY",
-                   help="a function returning (model, args) or (model, args, kwargs); default: the embedded example")
+                   help="a factory returning (nn.Module, args) or (nn.Module, args, kwargs) (the one "
+                   "--model contract); the doctor uses the module, args and kwargs in every section "
+                   "(call_jax runs on the embedded example only); default: the embedded example")
     p.add_argument("--out", default="doctor-report", metavar="DIR", help="report directory (default: %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per graph-break mode (default: %(default)s)")
     p.set_defaults(func=_run)

@@ -9,6 +9,7 @@ import numpy as np
 
 from torch_xla_ext import numerics
 from torch_xla_ext.cli import progress
+from torch_xla_ext.errors import InvalidArgumentError, NotFoundError
 
 
 def example_bf16_matmul(m: int = 64, k: int = 256, n: int = 128, seed: int = 0):
@@ -32,19 +33,22 @@ def example_bf16_matmul(m: int = 64, k: int = 256, n: int = 128, seed: int = 0):
 
 
 def _load_npy(path: str, flag: str) -> np.ndarray:
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{flag}: no such file: {path}")
+    if not os.path.isfile(path):
+        raise NotFoundError(f"{flag}: no such file: {path}")
     try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as e:  # object arrays need pickle, which we never allow
-        raise ValueError(f"{flag}: {path} is not a plain numeric .npy file ({e})") from None
+        loaded = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:  # object arrays need pickle, which we never allow
+        raise InvalidArgumentError(f"{flag}: {path} is not a plain numeric .npy file ({e})") from None
+    if not isinstance(loaded, np.ndarray):  # an .npz archive: several arrays, not one
+        raise InvalidArgumentError(f"{flag}: {path} holds several arrays (.npz), not one .npy array")
+    return loaded
 
 
 def _run(args: argparse.Namespace) -> int:
     tol = {} if args.rtol is None and args.atol is None else {"rtol": args.rtol, "atol": args.atol}
     if args.actual or args.expected:
         if not (args.actual and args.expected):
-            raise ValueError("--actual and --expected go together")
+            raise InvalidArgumentError("--actual and --expected go together")
         actual, expected = _load_npy(args.actual, "--actual"), _load_npy(args.expected, "--expected")
         title = f"{args.actual} vs {args.expected}"
     else:

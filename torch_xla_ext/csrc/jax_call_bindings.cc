@@ -1,5 +1,6 @@
 // Bindings of cc/jax_call: the HLO entry-signature reader and the leaf -> HLO parameter mapping.
-// Leaves cross as plain tuples so the Python side needs no binding-specific classes to build them.
+// Leaves cross in as plain tuples (typed in _ext.pyi) so Python needs no binding classes to build
+// them; results cross out as classes.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -11,6 +12,7 @@
 
 #include "cc/jax_call/hlo_signature.h"
 #include "cc/jax_call/param_mapping.h"
+#include "cc/common/status.h"
 #include "torch_xla_ext/csrc/status_casters.h"
 #include "torch_xla_ext/csrc/submodules.h"
 
@@ -18,6 +20,7 @@ namespace py = pybind11;
 using txe::jax_call::ArrayType;
 using txe::jax_call::ConstantRow;
 using txe::jax_call::ConstantSpec;
+using txe::jax_call::HloSignature;
 using txe::jax_call::Leaf;
 using txe::jax_call::LeafKind;
 using txe::jax_call::ParamMapping;
@@ -26,15 +29,44 @@ using txe::jax_call::ParamSource;
 
 namespace {
 
-py::tuple TypeTuple(const ArrayType& t) {
-  return py::make_tuple(txe::jax_call::PrimitiveTypeName(t.type), t.dims, t.ToString());
-}
+std::optional<int64_t> OptionalIndex(int64_t i) { return i >= 0 ? std::optional<int64_t>(i) : std::nullopt; }
 
-py::object OptionalIndex(int64_t i) { return i >= 0 ? py::object(py::int_(i)) : py::object(py::none()); }
+using LeafTuple = std::tuple<std::string, std::string, std::string, std::vector<int64_t>, std::string>;
+
+txe::StatusOr<std::vector<Leaf>> LeavesFromTuples(const std::vector<LeafTuple>& leaves) {
+  std::vector<Leaf> out;
+  out.reserve(leaves.size());
+  for (const auto& [path, kind, dtype, shape, value] : leaves) {
+    if (kind != "tensor" && kind != "static") {
+      return txe::InvalidArgumentError(path + ": leaf kind must be 'tensor' or 'static', got '" + kind + "'");
+    }
+    out.push_back(Leaf{path, kind == "tensor" ? LeafKind::kTensor : LeafKind::kStatic, dtype, shape, value});
+  }
+  return out;
+}
 
 }  // namespace
 
 TXE_PYBIND_SUBMODULE(jax_call, m) {
+  py::class_<ArrayType>(m, "ArrayType", "One array (or tuple) type of an HLO signature.")
+      .def_property_readonly("element_type", [](const ArrayType& t) { return txe::jax_call::PrimitiveTypeName(t.type); },
+                             "HLO's short name: 'f32', 'bf16', 'pred', 'tuple'.")
+      .def_readonly("dims", &ArrayType::dims)
+      .def_readonly("tuple_shapes", &ArrayType::tuple, "The elements when element_type is 'tuple'.")
+      .def("__str__", &ArrayType::ToString)
+      .def("__repr__", [](const ArrayType& t) { return "<ArrayType " + t.ToString() + ">"; });
+
+  py::class_<HloSignature>(m, "HloSignature", "The entry signature of an HloModuleProto.")
+      .def_readonly("module_name", &HloSignature::module_name)
+      .def_readonly("parameters", &HloSignature::parameters)
+      .def_property_readonly("results", &HloSignature::flat_results, "The result, flattened one tuple level.");
+
+  py::class_<ParamSource>(m, "ParamSource", "Where one HLO parameter's value comes from.")
+      .def_property_readonly("kind", [](const ParamSource& s) {
+        return std::string(s.kind == ParamSource::Kind::kLeaf ? "leaf" : "constant");
+      }, "'leaf' (index into the flattened leaves) or 'constant' (index into the hoisted constants).")
+      .def_readonly("index", &ParamSource::index);
+
   py::class_<ParamRow>(m, "ParamRow")
       .def_readonly("path", &ParamRow::path)
       .def_property_readonly("kind", [](const ParamRow& r) { return txe::jax_call::LeafKindName(r.kind); })
@@ -55,51 +87,25 @@ TXE_PYBIND_SUBMODULE(jax_call, m) {
       .def_readonly("rows", &ParamMapping::rows)
       .def_readonly("constants", &ParamMapping::constants)
       .def_property_readonly("num_hlo_params", &ParamMapping::num_hlo_params)
-      // One int per HLO parameter: a leaf index (>= 0), or ~k for hoisted constant k.
-      .def_property_readonly("sources",
-                             [](const ParamMapping& mp) {
-                               std::vector<int64_t> out;
-                               for (const ParamSource& s : mp.sources) {
-                                 out.push_back(s.kind == ParamSource::Kind::kLeaf ? s.index : ~s.index);
-                               }
-                               return out;
-                             })
-      .def_property_readonly("results",
-                             [](const ParamMapping& mp) {
-                               py::list out;
-                               for (const ArrayType& t : mp.results) out.append(TypeTuple(t));
-                               return out;
-                             })
+      .def_readonly("sources", &ParamMapping::sources, "One ParamSource per HLO parameter, in order.")
+      .def_readonly("results", &ParamMapping::results)
       .def("to_table", &ParamMapping::ToTable);
 
   m.def(
       "read_hlo_signature",
       [](py::bytes proto) {
         std::string data = proto;
-        auto sig = txe::python::ValueOrThrow(txe::jax_call::ReadHloSignature(data));
-        py::list params, results;
-        for (const ArrayType& t : sig.parameters) params.append(TypeTuple(t));
-        for (const ArrayType& t : sig.flat_results()) results.append(TypeTuple(t));
-        return py::make_tuple(sig.module_name, params, results);
+        return txe::python::ValueOrThrow(txe::jax_call::ReadHloSignature(data));
       },
-      py::arg("hlo_module_proto"),
-      "(module_name, [(type, dims, text)] per parameter, [(type, dims, text)] per output) of a "
-      "serialized HloModuleProto.");
+      py::arg("hlo_module_proto"), "The entry signature of a serialized HloModuleProto.");
 
   m.def(
       "build_param_mapping",
-      [](const std::vector<std::tuple<std::string, std::string, std::string, std::vector<int64_t>, std::string>>& leaves,
+      [](const std::vector<LeafTuple>& leaves,
          const std::vector<std::tuple<std::string, std::vector<int64_t>>>& constants,
          const std::vector<int64_t>& kept_var_idx, py::bytes proto,
          const std::optional<std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>>& outputs) {
-        std::vector<Leaf> ls;
-        ls.reserve(leaves.size());
-        for (const auto& [path, kind, dtype, shape, value] : leaves) {
-          if (kind != "tensor" && kind != "static") {
-            throw py::value_error(path + ": leaf kind must be 'tensor' or 'static', got '" + kind + "'");
-          }
-          ls.push_back(Leaf{path, kind == "tensor" ? LeafKind::kTensor : LeafKind::kStatic, dtype, shape, value});
-        }
+        std::vector<Leaf> ls = txe::python::ValueOrThrow(LeavesFromTuples(leaves));
         std::vector<ConstantSpec> cs;
         for (const auto& [dtype, shape] : constants) cs.push_back(ConstantSpec{dtype, shape});
         std::vector<Leaf> outs;

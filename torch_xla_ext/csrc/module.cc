@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <string>
 
 #include "torch_xla_ext/csrc/status_casters.h"
 #include "torch_xla_ext/csrc/submodules.h"
@@ -12,23 +13,26 @@ namespace py = pybind11;
 
 namespace txe::python {
 
+namespace {
+
+// torch_xla_ext.errors.from_status, looked up once when the module is imported. Leaked on
+// purpose: the interpreter may already be finalising when a static destructor would run.
+PyObject* g_from_status = nullptr;
+
+}  // namespace
+
 std::vector<std::pair<std::string, SubmoduleInit>>& SubmoduleRegistry() {
   static auto* registry = new std::vector<std::pair<std::string, SubmoduleInit>>();
   return *registry;
 }
 
 void ThrowStatus(const Status& status) {
-  PyObject* type = PyExc_RuntimeError;
-  switch (status.code()) {
-    case StatusCode::kInvalidArgument: type = PyExc_ValueError; break;
-    case StatusCode::kNotFound: type = PyExc_FileNotFoundError; break;
-    case StatusCode::kOutOfRange: type = PyExc_IndexError; break;
-    case StatusCode::kUnimplemented: type = PyExc_NotImplementedError; break;
-    case StatusCode::kOk:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kInternal: type = PyExc_RuntimeError; break;
-  }
-  PyErr_SetString(type, status.message().c_str());
+  // A caller that throws an OK status has a bug; say so rather than raise an empty error.
+  const std::string code = status.ok() ? "INTERNAL" : StatusCodeName(status.code());
+  const std::string message = status.ok() ? "ThrowStatus called with an OK status" : status.message();
+  // errors.from_status(code, message) -> the instance of errors.BY_CODE[code] (code kept on .code).
+  py::object error = py::reinterpret_borrow<py::object>(g_from_status)(code, message);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
   throw py::error_already_set();
 }
 
@@ -36,6 +40,10 @@ void ThrowStatus(const Status& status) {
 
 PYBIND11_MODULE(_ext, m) {
   m.doc() = "torch_xla_ext private extension: C++ core bindings (use the torch_xla_ext modules)";
+  // The one Status -> exception table lives in Python (errors.BY_CODE); every binding raises
+  // through it, so a C++ error is the same class as the one Python code raises for that code.
+  py::module_ errors = py::module_::import("torch_xla_ext.errors");
+  txe::python::g_from_status = py::object(errors.attr("from_status")).release().ptr();
   auto& registry = txe::python::SubmoduleRegistry();
   // Static-initialisation order across files is unspecified; sort for a stable module layout.
   std::sort(registry.begin(), registry.end());

@@ -1,6 +1,7 @@
-// The one place where a txe::Status becomes a Python exception:
-//   INVALID_ARGUMENT -> ValueError, NOT_FOUND -> FileNotFoundError, OUT_OF_RANGE -> IndexError,
-//   UNIMPLEMENTED -> NotImplementedError, FAILED_PRECONDITION / INTERNAL -> RuntimeError.
+// The one place where a txe::Status becomes a Python exception: the class is
+// torch_xla_ext.errors.BY_CODE[code] (InvalidArgumentError is a ValueError, NotFoundError a
+// FileNotFoundError, ...), with `.code` the status code name. Bindings return through these
+// helpers and never throw pybind11's builtin exceptions themselves. Call with the GIL held.
 #ifndef TXE_PYTHON_STATUS_CASTERS_H_
 #define TXE_PYTHON_STATUS_CASTERS_H_
 
