@@ -16,6 +16,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 apt_pkgs=()
 command -v bazel >/dev/null 2>&1 || apt_pkgs+=(bazel-bootstrap)
 dpkg -L googletest 2>/dev/null | grep -q 'gtest-all.cc$' || apt_pkgs+=(libgtest-dev googletest)
+# Debian's Chromium: the graph-break HTML report is rendered headless in a test.
+command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)
 if ((${#apt_pkgs[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
