@@ -154,6 +154,9 @@ def parse_graph_break(text: str) -> dict[str, Any]:
     gb_id = _gb_ids().get(head) if structured else None
     if gb_id is None and link:
         gb_id = "GB" + _DOC_LINK.search(f"please visit: {link}").group(2)  # type: ignore[union-attr]
+    if link is None and gb_id is not None:
+        doc = getattr(_dynamo_exc, "get_gbid_documentation_link", None)
+        link = doc(head) if doc is not None else None
     return {
         "gb_type": head,
         "gb_id": gb_id,

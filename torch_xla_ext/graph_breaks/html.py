@@ -186,7 +186,8 @@ def render_report(r: GraphBreakReport, title: str = "Region") -> str:
         out.append("<h3>XLA graphs (bridge)</h3>" + _table(
             ["graph hash", "of", "compiles", "compile ms", "executions", "dispatch ms", "by replica"],
             [[f"<code>{_e(h[:16])}</code>", _e(v.get("partition_of") or "-"), v["compiles"], f"{v['compile_ms']:.1f}",
-              v["executions"], f"{v['dispatch_ms']:.2f}", _e(v.get("by_replica") or "-")]
+              v["executions"], f"{v['dispatch_ms']:.2f}",
+              _e(", ".join(f"r{k}: {n}" for k, n in v.get("by_replica", {}).items()) or "-")]
              for h, v in r.per_graph_hash.items()], numeric={2, 3, 4, 5}))
     if r.fallback_nodes or r.fallback_ops or r.eager_nodes:
         out.append("<h3>CPU fallback</h3>" + _table(

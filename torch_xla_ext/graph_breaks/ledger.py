@@ -235,9 +235,13 @@ class GraphBreakLedger:
         from torch_xla_ext.graph_breaks import trace as _trace
 
         c, tm = delta.counters, delta.metric
-        lazy_exec = c.get("ExecuteComputation", 0)
-        fallback_ops = {k: v for k, v in c.items() if k.startswith("aten::") and v > 0}
         rows = self._ledger.aggregates()
+        # Executions from the ExecuteTime metric: counters are cleared by the bridge meanwhile, and
+        # an execution finishing on its own thread while they are read and cleared would be lost.
+        bridge_exec = sum(r["count"] for r in rows if r["kind"] == "execute" and r["stage"] == "bridge")
+        executions = tm("ExecuteTime").count
+        lazy_exec = max(0, executions - bridge_exec)
+        fallback_ops = {k: v for k, v in c.items() if k.startswith("aten::") and v > 0}
         launched = sum(int(r["key"] or 0) * r["count"] for r in rows if r["kind"] == "sync")
         forced = max(0, lazy_exec - launched)
         forced_by = {k: c[k] for k in _HOST_READ_COUNTERS if c.get(k, 0) > 0}
@@ -293,7 +297,7 @@ class GraphBreakLedger:
             fallback_ops=dict(sorted(fallback_ops.items())),
             compiles=c.get("UncachedCompile", 0),
             cached_compiles=c.get("CachedCompile", 0),
-            executions=lazy_exec + sum(h["executions"] for h in per_hash.values()),
+            executions=executions,
             transfers_to_host=tm("TransferFromDeviceTime").count,
             syncs=counts["sync"],
             forced_executions=forced,

@@ -1,9 +1,10 @@
 """One mode of :func:`compare` run and accounted in this process (the worker side).
 
-A step is what users run: the model's forward pass under ``torch.no_grad()`` (inference), or
-with ``train=True`` a training step, zero_grad + forward + loss + backward + an SGD step. In
-"dynamo" mode the whole step function is compiled with ``torch.compile(backend="openxla")``; in
-"lazy" mode it runs as LazyTensor code followed by ``torch_xla.sync()``.
+A step is what users run: the model's forward pass under ``torch.no_grad()`` (inference; in
+"dynamo" mode the model itself is compiled with ``torch.compile(backend="openxla")``), or with
+``train=True`` a training step, zero_grad + forward + loss + backward + an SGD step (in "dynamo"
+mode that whole step function is compiled). In "lazy" mode the step runs as LazyTensor code
+followed by ``torch_xla.sync()``.
 
 ``python -m torch_xla_ext.graph_breaks --worker ...`` runs :func:`main`: compare() starts one per
 mode, so torch_xla's and Dynamo's process-wide caches start empty for each.
@@ -66,15 +67,16 @@ def make_step(made: _factory.Made, mode: str, train: bool, lr: float = 1e-3) -> 
             loss = default_loss(model(*a, **kw))
             loss.backward()
             opt.step()
-    else:
-        def body(*a: Any, **kw: Any) -> Any:
-            with torch.no_grad():
-                return model(*a, **kw)
 
-    fn = torch.compile(body, backend="openxla") if mode == "dynamo" else body
+        fn = torch.compile(body, backend="openxla") if mode == "dynamo" else body
+        grad = torch.enable_grad
+    else:  # serving: the model compiled as it is, called under no_grad
+        fn = torch.compile(model, backend="openxla") if mode == "dynamo" else model
+        grad = torch.no_grad
 
     def step() -> Any:
-        out = fn(*args, **kwargs)
+        with grad():
+            out = fn(*args, **kwargs)
         if mode == "lazy":
             torch_xla.sync()
         _metrics.wait_device_ops()
