@@ -111,8 +111,9 @@ def main() -> int:
         return graph_input
 
     probe = _core.Ledger()
-    tap = _core.Tap(bare_fn, "execute", replica_fn=lambda: 0)
-    tap.set_ledgers([probe])
+    tap_owner = _core.Tap(bare_fn, "execute", replica_fn=lambda: 0)
+    tap_owner.set_ledgers([probe])
+    tap = tap_owner.stand_in()
     h, arg = bytes(range(16)), ()
 
     def loop_us(fn) -> float:

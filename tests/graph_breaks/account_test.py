@@ -280,3 +280,37 @@ def test_int_only_record_path_checks_its_arguments():
         args.update(bad)
         with pytest.raises(ValueError, match=match):
             ledger.record_ids(**args)
+
+
+def test_tap_forwards_calls_unchanged_and_records_per_replica():
+    calls = []
+
+    def original(graph_hash, inputs, *, flag=False):
+        calls.append((graph_hash, inputs, flag))
+        if inputs == "boom":
+            raise RuntimeError("Failed to get computation by hash 12ab")
+        return inputs * 2
+
+    ledger = _core.Ledger()
+    tap = _core.Tap(original, "execute", replica_fn=lambda: 5, on_error=_explain)
+    stand_in = tap.stand_in()
+    assert stand_in(b"\x0f\xa0", 21, flag=True) == 42  # nothing open: a plain call
+    tap.set_ledgers([ledger])
+    assert stand_in(b"\x0f\xa0", 4) == 8 and calls[-1] == (b"\x0f\xa0", 4, False)
+    (row,) = [r for r in ledger.aggregates() if r["kind"] == "execute"]
+    assert (row["key"], row["replica"], row["count"]) == ("0fa0", 5, 1)
+    with pytest.raises(gb.WorkerError, match="explained") as info:
+        stand_in(b"\x00", "boom")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    tap_plain = _core.Tap(original, "execute").stand_in()
+    with pytest.raises(RuntimeError, match="12ab"):
+        tap_plain(b"\x00", "boom")
+    with pytest.raises(ValueError, match="mode"):
+        _core.Tap(original, "other")
+    with pytest.raises(ValueError, match="counter_value"):
+        _core.Tap(original, "sync")
+
+
+def _explain(exc):
+    if "computation by hash" in str(exc):
+        raise gb.WorkerError("explained") from exc

@@ -136,3 +136,39 @@ def test_training_actually_trains(trained):
     *_, losses = trained
     values = [float(v.cpu()) for v in losses]
     assert values[-1] < values[0]
+
+
+def test_mlp_step_returning_loss_detach_is_named_as_the_torch_xla_bug():
+    from torch_xla_ext import errors
+    from torch_xla_ext._compat.dynamo import TorchXlaBridgeBug
+
+    def run(accounted):
+        torch._dynamo.reset()
+        model, (x,), _ = mlp()
+        model = model.to(DEVICE)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x = x.to(DEVICE)
+        torch_xla.sync()
+
+        def train_step(x):
+            opt.zero_grad()
+            loss = model(x).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        compiled = torch.compile(train_step, backend="openxla")
+        if not accounted:
+            return compiled(x)
+        with gb.account():
+            return compiled(x)
+
+    # torch_xla 2.9 itself fails this step ...
+    with pytest.raises(RuntimeError, match="Failed to get computation by hash") as plain:
+        run(accounted=False)
+    assert not isinstance(plain.value, errors.TorchXlaExtError)
+    # ... and inside a region the failure says whose it is and what to do.
+    with pytest.raises(TorchXlaBridgeBug, match=r"torch_xla bug.*loss.detach\(\) \* 1.0") as named:
+        run(accounted=True)
+    assert isinstance(named.value, errors.InternalError)
+    assert "Failed to get computation by hash" in str(named.value.__cause__)

@@ -421,7 +421,7 @@ def _install() -> None:
     _patch(torch_xla._XLAC, "_xla_warm_up_cache", warm_up_cache)
     _execute_tap = _core.Tap(torch_xla._XLAC._run_cached_graph, "execute", replica_fn=replica,
                              on_error=_explain_bridge_error)
-    _patch(torch_xla._XLAC, "_run_cached_graph", lambda original: _execute_tap)
+    _patch(torch_xla._XLAC, "_run_cached_graph", lambda original: _execute_tap.stand_in())
 
 
 def _uninstall() -> None:

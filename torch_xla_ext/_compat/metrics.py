@@ -203,7 +203,7 @@ class SyncWatch:
                 _original_step_marker = torch_xla._XLAC._xla_step_marker
                 _sync_tap = _core.Tap(_original_step_marker, "sync", replica_fn=self._replica_fn,
                                       counter_value=torch_xla._XLAC._xla_counter_value)
-                torch_xla._XLAC._xla_step_marker = _sync_tap
+                torch_xla._XLAC._xla_step_marker = _sync_tap.stand_in()
             _sync_ledgers = [*_sync_ledgers, self._ledger]
             _sync_tap.set_ledgers(_sync_ledgers)
         return self

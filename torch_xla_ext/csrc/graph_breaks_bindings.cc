@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -93,6 +94,9 @@ std::string Hex(std::string_view bytes) {
 //     hash (first argument, bytes) as hex.
 // The replica of the calling thread (its device ordinal) comes from `replica_fn`, asked once per
 // thread. If the original raises under "execute", `on_error(exception)` may raise a clearer one.
+// The callable placed on torch_xla is a plain CPython object (StandIn) whose tp_call forwards the
+// caller's argument tuple as is: a step pays for the counter reads and one ledger record, not
+// for pybind11's argument handling.
 class Tap {
  public:
   Tap(py::object original, const std::string& mode, py::object replica_fn, py::object counter_value,
@@ -103,10 +107,13 @@ class Tap {
         on_error_(std::move(on_error)),
         generation_(next_generation_.fetch_add(1, std::memory_order_relaxed) + 1),
         ledgers_(std::make_shared<Ledgers>()) {
+    if (!PyCallable_Check(original_.ptr())) {
+      txe::python::ThrowIfError(txe::InvalidArgumentError("Tap: original must be callable"));
+    }
     if (mode == "sync") {
       sync_ = true;
-      if (counter_value_.is_none()) {
-        txe::python::ThrowIfError(txe::InvalidArgumentError("Tap: mode 'sync' needs counter_value"));
+      if (!PyCallable_Check(counter_value_.ptr())) {
+        txe::python::ThrowIfError(txe::InvalidArgumentError("Tap: mode 'sync' needs a callable counter_value"));
       }
       uncached_ = py::str("UncachedCompile");
       cached_ = py::str("CachedCompile");
@@ -116,35 +123,39 @@ class Tap {
     }
   }
 
-  py::object Call(const py::args& args, const py::kwargs& kwargs) {
+  // tp_call of the stand-in: a new reference, or nullptr with a Python error set.
+  PyObject* Call(PyObject* args, PyObject* kwargs) {
     int64_t before = 0;
-    if (sync_) before = Lookups();
+    if (sync_ && !Lookups(&before)) return nullptr;
     const int64_t t0 = SteadyNowNs();
-    py::object out;
-    if (sync_ || on_error_.is_none()) {
-      out = original_(*args, **kwargs);
-    } else {
-      try {
-        out = original_(*args, **kwargs);
-      } catch (py::error_already_set& e) {
-        on_error_(e.value());  // raises a clearer exception (chained to this one) or returns
-        throw;
-      }
+    PyObject* out = PyObject_Call(original_.ptr(), args, kwargs);
+    if (out == nullptr) {
+      if (!sync_ && !on_error_.is_none()) ExplainError();
+      return nullptr;
     }
     const int64_t ns = SteadyNowNs() - t0;
-    std::shared_ptr<const Ledgers> ledgers = ledgers_;  // a region may close while we ran
+    std::shared_ptr<const Ledgers> ledgers = ledgers_;  // a region may close while the original ran
     if (ledgers->ledgers.empty()) return out;
-    const int replica = Replica();
+    int replica = gb::kNoReplica;
+    if (!Replica(&replica)) {
+      Py_DECREF(out);
+      return nullptr;
+    }
     std::string key;
     if (sync_) {
-      key = std::to_string(Lookups() - before);
-    } else if (args.size() > 0 && py::isinstance<py::bytes>(args[0])) {
+      int64_t after = 0;
+      if (!Lookups(&after)) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      key = std::to_string(after - before);
+    } else if (PyTuple_GET_SIZE(args) > 0) {
+      PyObject* first = PyTuple_GET_ITEM(args, 0);
       char* data = nullptr;
       Py_ssize_t size = 0;
-      PYBIND11_BYTES_AS_STRING_AND_SIZE(args[0].ptr(), &data, &size);
-      key = Hex(std::string_view(data, static_cast<size_t>(size)));
-    } else if (args.size() > 0) {
-      key = py::str(args[0]);
+      if (PyBytes_Check(first) && PyBytes_AsStringAndSize(first, &data, &size) == 0) {
+        key = Hex(std::string_view(data, static_cast<size_t>(size)));
+      }
     }
     const gb::Kind kind = sync_ ? gb::Kind::kSync : gb::Kind::kExecute;
     const gb::Stage stage = sync_ ? gb::Stage::kLazy : gb::Stage::kBridge;
@@ -173,27 +184,65 @@ class Tap {
     std::vector<gb::Ledger*> ledgers;
   };
 
-  int64_t Lookups() const {
-    auto value = [&](const py::str& name) -> int64_t {
-      py::object v = counter_value_(name);
-      return v.is_none() ? 0 : v.cast<int64_t>();
-    };
-    return value(uncached_) + value(cached_);
+  bool Counter(PyObject* name, int64_t* value) const {
+    PyObject* v = PyObject_CallOneArg(counter_value_.ptr(), name);
+    if (v == nullptr) return false;
+    *value = v == Py_None ? 0 : PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return !PyErr_Occurred();
   }
 
-  int Replica() {
-    thread_local uint64_t generation = 0;
-    thread_local int replica = gb::kNoReplica;
-    if (generation != generation_) {
-      int r = gb::kNoReplica;
-      if (!replica_fn_.is_none()) {
-        py::object v = replica_fn_();
-        r = v.is_none() ? gb::kNoReplica : v.cast<int>();
+  bool Lookups(int64_t* total) const {
+    int64_t u = 0, c = 0;
+    if (!Counter(uncached_.ptr(), &u) || !Counter(cached_.ptr(), &c)) return false;
+    *total = u + c;
+    return true;
+  }
+
+  // The calling thread's replica, cached per thread for each of the last few taps.
+  bool Replica(int* out) {
+    struct Slot {
+      uint64_t generation = 0;
+      int replica = gb::kNoReplica;
+    };
+    thread_local std::array<Slot, 4> cache;
+    thread_local size_t next = 0;
+    for (const Slot& slot : cache) {
+      if (slot.generation == generation_) {
+        *out = slot.replica;
+        return true;
       }
-      replica = CheckReplica(r).ok() ? r : gb::kNoReplica;
-      generation = generation_;
     }
-    return replica;
+    int r = gb::kNoReplica;
+    if (!replica_fn_.is_none()) {
+      PyObject* v = PyObject_CallNoArgs(replica_fn_.ptr());
+      if (v == nullptr) return false;
+      r = v == Py_None ? gb::kNoReplica : static_cast<int>(PyLong_AsLong(v));
+      Py_DECREF(v);
+      if (PyErr_Occurred()) return false;
+    }
+    if (!CheckReplica(r).ok()) r = gb::kNoReplica;
+    cache[next++ % cache.size()] = Slot{generation_, r};
+    *out = r;
+    return true;
+  }
+
+  // With the original's exception set: on_error(exception) may raise a clearer one (chained to
+  // it); if it returns, the original exception stands.
+  void ExplainError() const {
+    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != nullptr && value != nullptr) PyException_SetTraceback(value, tb);
+    PyObject* r = PyObject_CallOneArg(on_error_.ptr(), value != nullptr ? value : Py_None);
+    if (r == nullptr) {  // on_error raised its own exception: that one propagates
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+      return;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(type, value, tb);
   }
 
   static inline std::atomic<uint64_t> next_generation_{0};
@@ -206,6 +255,48 @@ class Tap {
   const uint64_t generation_;
   std::shared_ptr<const Ledgers> ledgers_;  // replaced, never mutated: only touched with the GIL
 };
+
+// The plain CPython callable placed on torch_xla: it holds the pybind11 Tap object alive.
+struct StandInObject {
+  PyObject_HEAD
+  Tap* tap;
+  PyObject* owner;
+};
+
+PyObject* StandInCall(PyObject* self, PyObject* args, PyObject* kwargs) {
+  return reinterpret_cast<StandInObject*>(self)->tap->Call(args, kwargs);
+}
+
+void StandInDealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  Py_XDECREF(reinterpret_cast<StandInObject*>(self)->owner);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyType_Slot kStandInSlots[] = {
+    {Py_tp_call, reinterpret_cast<void*>(&StandInCall)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(&StandInDealloc)},
+    {Py_tp_doc, const_cast<char*>("A torch_xla entry point with graph-break accounting (see Tap).")},
+    {0, nullptr},
+};
+PyType_Spec kStandInSpec = {"torch_xla_ext._ext.graph_breaks.TapStandIn", sizeof(StandInObject), 0,
+                            Py_TPFLAGS_DEFAULT, kStandInSlots};
+
+py::object MakeStandIn(const py::object& tap_object) {
+  static PyObject* type = nullptr;
+  if (type == nullptr) {
+    type = PyType_FromSpec(&kStandInSpec);
+    if (type == nullptr) throw py::error_already_set();
+  }
+  PyObject* obj = PyType_GenericAlloc(reinterpret_cast<PyTypeObject*>(type), 0);
+  if (obj == nullptr) throw py::error_already_set();
+  auto* s = reinterpret_cast<StandInObject*>(obj);
+  s->tap = tap_object.cast<Tap*>();
+  s->owner = tap_object.ptr();
+  Py_INCREF(s->owner);
+  return py::reinterpret_steal<py::object>(obj);
+}
 
 }  // namespace
 
@@ -294,7 +385,8 @@ TXE_PYBIND_SUBMODULE(graph_breaks, m) {
       .def(py::init<py::object, const std::string&, py::object, py::object, py::object>(), py::arg("original"),
            py::arg("mode"), py::arg("replica_fn") = py::none(), py::arg("counter_value") = py::none(),
            py::arg("on_error") = py::none())
-      .def("__call__", &Tap::Call)
+      .def("stand_in", [](py::object self) { return MakeStandIn(self); },
+           "The callable to put in place of the original: calls it and records into the ledgers.")
       .def("set_ledgers", &Tap::SetLedgers, py::arg("ledgers"))
       .def_property_readonly("original", &Tap::original);
   m.attr("NO_REPLICA") = gb::kNoReplica;
