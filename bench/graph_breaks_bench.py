@@ -15,8 +15,9 @@ median over rounds, so drift on a shared machine cancels within each round. Targ
 
 Also printed, not part of the target: what opening and closing a region costs (it waits for
 pending device work and snapshots torch_xla's counters twice), as ms per region; and the fixed
-cost accounting adds to one lazy sync, from a tight loop of syncs with nothing to run (the
-per-step cost that the step-time ratios resolve only down to this machine's noise).
+cost accounting adds to one lazy sync, from a tight loop of syncs with nothing to run, and to
+one cached-graph execution under Dynamo (the C++ Tap against a bare call of the same function):
+the per-step cost that the step-time ratios resolve only down to this machine's noise.
 
 Models: the embedded example (print break, data-dependent ``if``, ``digamma`` CPU fallback: the
 dynamo step runs 4 XLA partitions and 2 host transfers) and the same MLP with no breaks, both at
