@@ -158,7 +158,7 @@ class GraphBreakReport:
             ("fallback op executions", sum(self.fallback_ops.values()), "torch_xla aten::* counters"),
             ("XLA compiles (uncached)", self.compiles, "torch_xla UncachedCompile"),
             ("XLA compiles (cached)", self.cached_compiles, "torch_xla CachedCompile"),
-            ("XLA executions", self.executions, "torch_xla ExecuteComputation + bridge"),
+            ("XLA executions", self.executions, "torch_xla ExecuteTime samples"),
             ("device->host transfers", self.transfers_to_host, "torch_xla TransferFromDeviceTime"),
             ("syncs", self.syncs, "torch_xla MarkStep"),
             ("forced executions", self.forced_executions, "executions outside a sync"),
