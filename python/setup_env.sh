@@ -19,6 +19,8 @@ dpkg -L googletest 2>/dev/null | grep -q 'gtest-all.cc$' || apt_pkgs+=(libgtest-
 # XLA's schema (third_party/xla) is compiled with Debian's protoc and linked with its runtime.
 command -v protoc >/dev/null 2>&1 || apt_pkgs+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/message.h ] || apt_pkgs+=(libprotobuf-dev)
+# Debian's Chromium: the graph-break HTML report is rendered headless in a test.
+command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)
 if ((${#apt_pkgs[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -36,7 +36,6 @@ __all__ = ["DoctorBlock", "DoctorReport", "example", "run"]
 
 WIDTH = 32
 SCALE = 0.5  # the all-reduce's scale, e.g. averaging over two micro-batches
-MODEL_ENV = "TORCH_XLA_EXT_DOCTOR_MODEL"  # how graph-break workers find a --model factory
 
 
 class DoctorError(TorchXlaExtError, ValueError):
@@ -134,15 +133,6 @@ def _made(spec: str) -> _factory.Made:
 
     return _factory.Made(made.model, tuple(cpu(t, f"args[{i}]") for i, t in enumerate(made.args)),
                          {k: cpu(v, f"kwargs[{k!r}]") for k, v in made.kwargs.items()})
-
-
-def user_model() -> torch.nn.Module:
-    """Graph-break workers (fresh processes) rebuild a --model through this and MODEL_ENV."""
-    return _made(os.environ[MODEL_ENV]).model
-
-
-def user_inputs() -> tuple:
-    return _made(os.environ[MODEL_ENV]).args
 
 
 class SectionFailed(Exception):
@@ -340,18 +330,22 @@ def _jax_call_section(model, inputs) -> tuple[str, str, dict]:
     return summary, "\n".join(md), data
 
 
-def _graph_breaks_section(factory_spec, inputs_spec, out_dir, progress, steps) -> tuple[str, str, dict]:
+def _graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, str, dict]:
     from torch_xla_ext import graph_breaks
 
-    cmp = graph_breaks.compare(factory_spec, inputs_spec, modes=("lazy", "dynamo"), warmup=2, steps=steps,
-                               progress=progress)
+    cmp = graph_breaks.compare(model_spec, modes=("lazy", "dynamo"), warmup=2, steps=steps, progress=progress)
     cmp.plot(os.path.join(out_dir, "graph_breaks.png"))
+    cmp.write_html(os.path.join(out_dir, "graph_breaks.html"))
+    graph_breaks.write_trace(os.path.join(out_dir, "graph_breaks.trace.json"),
+                             [cmp.modes[m].report for m in cmp.modes], labels=list(cmp.modes))
     lazy, dyn = cmp.modes["lazy"], cmp.modes["dynamo"]
-    summary = (f"dynamo: {dyn.report.fx_graphs} FX graphs, {dyn.report.num_fx_breaks} breaks, "
+    summary = (f"dynamo: {dyn.report.fx_graphs} graphs, {dyn.report.num_fx_breaks} breaks, "
                f"{dyn.report.xla_partitions} XLA partitions; {lazy.median_ms:.1f} ms/step lazy vs "
                f"{dyn.median_ms:.1f} dynamo")
-    md = cmp.to_markdown() + "\n\n![graph breaks, lazy vs dynamo](graph_breaks.png)"
-    return summary, md, cmp.to_dict()
+    md = (cmp.to_markdown() + "\n\n![graph breaks, lazy vs dynamo](graph_breaks.png)\n\n"
+          "Full report (structured breaks, per compile id view, timeline): [graph_breaks.html](graph_breaks.html); "
+          "Perfetto/Chrome trace: `graph_breaks.trace.json`")
+    return summary, md, cmp.to_dict(timeline=False)
 
 
 # ---- run ------------------------------------------------------------------------------------
@@ -368,15 +362,14 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
         name = "embedded example (DoctorBlock: attention + MLP, call_jax gate, print, digamma, all_reduce)"
         model_fn, inputs, kwargs = example_model, example_inputs(), {}
         export_fn = lambda: _export_variant(example_model())  # noqa: E731
-        factory_spec, inputs_spec = "torch_xla_ext.doctor:example_model", "torch_xla_ext.doctor:example_inputs"
+        gb_spec = "torch_xla_ext.doctor:example"
         jax_model: Any = example_model()
     else:
         _made(model)  # fail early, naming the spec
         name = model
         model_fn, (_, inputs, kwargs) = (lambda: _made(model).model), _made(model)
         export_fn = model_fn
-        os.environ[MODEL_ENV] = model
-        factory_spec, inputs_spec = "torch_xla_ext.doctor:user_model", "torch_xla_ext.doctor:user_inputs"
+        gb_spec = model  # graph-break workers (fresh processes) call the factory themselves
         jax_model = None
 
     plan: list[tuple[str, Callable[[], tuple[str, str, dict]]]] = [
@@ -385,7 +378,7 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
     ]
     if jax_model is not None:
         plan.append(("call_jax", lambda: _jax_call_section(jax_model, inputs)))
-    plan.append(("graph_breaks", lambda: _graph_breaks_section(factory_spec, inputs_spec, out_dir, progress, steps)))
+    plan.append(("graph_breaks", lambda: _graph_breaks_section(gb_spec, out_dir, progress, steps)))
 
     sections = []
     plots_skipped: list[str] = []

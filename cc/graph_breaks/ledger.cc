@@ -24,6 +24,11 @@ int64_t NowNs() {
       .count();
 }
 
+// A replica as the 16 bits stored in keys and ring words: 0 for kNoReplica (or out of range).
+uint64_t ReplicaBits(int replica) {
+  return replica >= 0 && replica <= kMaxReplica ? static_cast<uint64_t>(replica + 1) : 0;
+}
+
 uint32_t ThreadIndex() {
   static std::atomic<uint32_t> next{0};
   thread_local const uint32_t index = next.fetch_add(1, std::memory_order_relaxed);
@@ -141,20 +146,22 @@ size_t Ledger::num_strings() const {
 Ledger::Stripe& Ledger::MyStripe() const { return stripes_[ThreadIndex() % kNumStripes]; }
 
 void Ledger::Record(Kind kind, Stage stage, std::string_view key, std::string_view reason,
-                    SourceLocation where, int64_t duration_ns, int64_t count) {
+                    SourceLocation where, int64_t duration_ns, int64_t count, int replica) {
   RecordInterned(kind, stage, Intern(key), Intern(reason), Intern(where.file), where.line, duration_ns,
-                 count);
+                 count, replica);
 }
 
 void Ledger::RecordInterned(Kind kind, Stage stage, StringId key, StringId reason, StringId file,
-                            int line, int64_t duration_ns, int64_t count) {
+                            int line, int64_t duration_ns, int64_t count, int replica) {
   const int k = static_cast<int>(kind);
   if (k < 0 || k >= kNumKinds || static_cast<int>(stage) >= kNumStages) return;
   Stripe& stripe = MyStripe();
   stripe.count[k].fetch_add(count, std::memory_order_relaxed);
   stripe.total_ns[k].fetch_add(duration_ns, std::memory_order_relaxed);
 
-  const uint64_t head = (static_cast<uint64_t>(k) << 56) | (static_cast<uint64_t>(stage) << 48);
+  const uint64_t replica_bits = ReplicaBits(replica);
+  const uint64_t head =
+      (static_cast<uint64_t>(k) << 56) | (static_cast<uint64_t>(stage) << 48) | (replica_bits << 32);
   AggKey agg{head | static_cast<uint32_t>(line), (static_cast<uint64_t>(key) << 32) | reason, file};
   {
     std::lock_guard<std::mutex> lock(stripe.mu);
@@ -178,7 +185,7 @@ void Ledger::RecordInterned(Kind kind, Stage stage, StringId key, StringId reaso
   }
 
   const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
-  WriteRing(seq, {static_cast<uint64_t>(k) | (static_cast<uint64_t>(stage) << 8) |
+  WriteRing(seq, {static_cast<uint64_t>(k) | (static_cast<uint64_t>(stage) << 8) | (replica_bits << 16) |
                       (static_cast<uint64_t>(static_cast<uint32_t>(line)) << 32),
                   (static_cast<uint64_t>(key) << 32) | reason,
                   (static_cast<uint64_t>(file) << 32) | ThreadIndex(), static_cast<uint64_t>(duration_ns),
@@ -247,6 +254,7 @@ std::vector<Aggregate> Ledger::Aggregates() const {
     Aggregate a;
     a.kind = static_cast<Kind>(key.a >> 56);
     a.stage = static_cast<Stage>((key.a >> 48) & 0xff);
+    a.replica = static_cast<int>((key.a >> 32) & 0xffff) - 1;
     a.line = static_cast<int>(static_cast<uint32_t>(key.a));
     a.key = str(static_cast<StringId>(key.b >> 32));
     a.reason = str(static_cast<StringId>(key.b));
@@ -257,8 +265,8 @@ std::vector<Aggregate> Ledger::Aggregates() const {
     out.push_back(std::move(a));
   }
   std::sort(out.begin(), out.end(), [](const Aggregate& x, const Aggregate& y) {
-    return std::make_tuple(x.kind, -x.count, x.stage, x.key, x.file, x.line, x.reason) <
-           std::make_tuple(y.kind, -y.count, y.stage, y.key, y.file, y.line, y.reason);
+    return std::make_tuple(x.kind, -x.count, x.stage, x.key, x.file, x.line, x.reason, x.replica) <
+           std::make_tuple(y.kind, -y.count, y.stage, y.key, y.file, y.line, y.reason, y.replica);
   });
   return out;
 }
@@ -280,6 +288,7 @@ std::vector<Event> Ledger::RecentEvents() const {
     e.seq = seq;
     e.kind = static_cast<Kind>(w[0] & 0xff);
     e.stage = static_cast<Stage>((w[0] >> 8) & 0xff);
+    e.replica = static_cast<int>((w[0] >> 16) & 0xffff) - 1;
     e.line = static_cast<int>(static_cast<uint32_t>(w[0] >> 32));
     e.key = Lookup(static_cast<StringId>(w[1] >> 32));
     e.reason = Lookup(static_cast<StringId>(w[1]));

@@ -64,6 +64,12 @@ struct SourceLocation {
   int line = 0;
 };
 
+// Which replica an event belongs to when one process drives several devices (torch_xla's
+// thread-per-device replicas, e.g. CPU_NUM_DEVICES): its device ordinal, or kNoReplica for
+// process-wide events. Ordinals above kMaxReplica are recorded as kNoReplica.
+inline constexpr int kNoReplica = -1;
+inline constexpr int kMaxReplica = 0xfffe;
+
 using StringId = uint32_t;
 inline constexpr StringId kEmptyStringId = 0;
 inline constexpr StringId kOverflowStringId = 1;  // "<overflow>" once max_strings is reached
@@ -82,13 +88,14 @@ struct EventSite {
   std::string reason;
   std::string file;
   int line = 0;
+  int replica = kNoReplica;
   int64_t count = 0;  // occurrences (an event's own count; a row's sum)
 };
 
 struct Event : EventSite {
   uint64_t seq = 0;  // 0-based position in the ledger's history
   int64_t duration_ns = 0;
-  int64_t timestamp_ns = 0;  // steady clock, relative to the ledger's creation
+  int64_t timestamp_ns = 0;  // steady clock, relative to the ledger's creation (epoch_ns())
   uint32_t thread = 0;       // small per-process thread index
 };
 
@@ -116,12 +123,14 @@ class Ledger {
   // Strings interned so far (ids below this are valid), including the two reserved ids.
   size_t num_strings() const;
 
-  // Records `count` occurrences taking `duration_ns` in total.
+  // Records `count` occurrences taking `duration_ns` in total. Events of different replicas
+  // aggregate in different rows.
   void Record(Kind kind, Stage stage, std::string_view key, std::string_view reason = {},
-              SourceLocation where = {}, int64_t duration_ns = 0, int64_t count = 1);
+              SourceLocation where = {}, int64_t duration_ns = 0, int64_t count = 1,
+              int replica = kNoReplica);
   // The hot path: ids from Intern().
   void RecordInterned(Kind kind, Stage stage, StringId key, StringId reason, StringId file, int line,
-                      int64_t duration_ns = 0, int64_t count = 1);
+                      int64_t duration_ns = 0, int64_t count = 1, int replica = kNoReplica);
 
   // Aggregates (exact, never dropped).
   int64_t Count(Kind kind) const;
@@ -134,6 +143,9 @@ class Ledger {
   std::vector<Event> RecentEvents() const;
   uint64_t events_recorded() const { return next_seq_.load(std::memory_order_acquire); }
   size_t ring_capacity() const { return ring_capacity_; }
+  // The steady clock (CLOCK_MONOTONIC on Linux) at creation, in ns: event timestamps are
+  // relative to it.
+  int64_t epoch_ns() const { return epoch_ns_; }
 
   // Bytes held (ring, interned strings, aggregate rows); bounded by the options whatever the
   // number of events.
@@ -143,7 +155,7 @@ class Ledger {
   struct Stripe;
   struct Slot;
   struct AggKey {
-    uint64_t a = 0;  // kind | stage | line
+    uint64_t a = 0;  // kind | stage | replica + 1 | line
     uint64_t b = 0;  // key | reason
     uint32_t file = 0;
     bool operator==(const AggKey& o) const { return a == o.a && b == o.b && file == o.file; }

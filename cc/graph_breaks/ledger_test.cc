@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <string>
@@ -82,6 +83,41 @@ TEST(LedgerTest, RecordsAggregatesAndEventsInOrder) {
   EXPECT_EQ(events[3].count, 3);
   EXPECT_EQ(events[3].duration_ns, 7000);
   EXPECT_LE(events[0].timestamp_ns, events[3].timestamp_ns);
+}
+
+TEST(LedgerTest, ReplicasAggregateApartAndTravelWithEvents) {
+  auto ledger = Make();
+  const StringId key = ledger->Intern("graph-1");
+  for (int r : {0, 1, 1, kNoReplica}) {
+    ledger->RecordInterned(Kind::kExecute, Stage::kBridge, key, kEmptyStringId, kEmptyStringId, 0, 10, 1, r);
+  }
+  ledger->Record(Kind::kSync, Stage::kLazy, "1", {}, {}, 0, 1, kMaxReplica + 1);  // out of range
+  std::map<int, int64_t> by_replica;
+  for (const Aggregate& a : ledger->Aggregates()) {
+    if (a.kind == Kind::kExecute) by_replica[a.replica] += a.count;
+    if (a.kind == Kind::kSync) EXPECT_EQ(a.replica, kNoReplica);
+  }
+  EXPECT_EQ(by_replica, (std::map<int, int64_t>{{kNoReplica, 1}, {0, 1}, {1, 2}}));
+  EXPECT_EQ(ledger->Count(Kind::kExecute), 4);
+  auto events = ledger->RecentEvents();
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].replica, 0);
+  EXPECT_EQ(events[2].replica, 1);
+  EXPECT_EQ(events[3].replica, kNoReplica);
+  EXPECT_EQ(events[0].key, "graph-1");
+  EXPECT_EQ(events[0].line, 0);
+}
+
+TEST(LedgerTest, EpochIsTheSteadyClockAtCreation) {
+  const int64_t before = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch()).count();
+  auto ledger = Make();
+  ledger->Record(Kind::kSync, Stage::kLazy, "");
+  const int64_t after = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch()).count();
+  EXPECT_LE(before, ledger->epoch_ns());
+  const Event e = ledger->RecentEvents().at(0);
+  EXPECT_LE(ledger->epoch_ns() + e.timestamp_ns, after);
 }
 
 TEST(LedgerTest, RingKeepsTheMostRecentEvents) {

@@ -1,56 +1,43 @@
-"""account() on real torch_xla (PJRT CPU): exact counts for the example model's five variants in
-lazy and dynamo mode, measured from torch_xla 2.9.0, plus recompiles, result invariance, counter
-clears and the native hooks.
+"""account() on real torch_xla (PJRT CPU) over the example model's variants, forward passes in
+lazy and dynamo mode, each figure checked against what torch and torch_xla record themselves:
+Dynamo's counters, torch's structured trace, torch._dynamo.explain, torch_xla's metrics, and
+torch's graph-break registry for the GB ids.
 
 Each case uses its own layer width, so no case hits another's XLA compile cache."""
 
 import inspect
+import json
+import os
+import sys
 
 import pytest
 import torch
+import torch._dynamo
 import torch_xla
-
 import torch_xla.debug.metrics as met
+
+from torch_xla_ext import errors
 from torch_xla_ext import graph_breaks as gb
 from torch_xla_ext._ext import graph_breaks as _core
 
+sys.path.insert(0, os.path.dirname(__file__))
+import oracles  # noqa: E402
+
 DEVICE = torch_xla.device()
-LSD, DIG = "aten::_local_scalar_dense", "aten::digamma"
-
-# (print, data-dependent if, digamma)
-MODELS = {
-    "a_print": (True, False, False),
-    "b_if": (False, True, False),
-    "c_digamma": (False, False, True),
-    "d_all": (True, True, True),
-    "e_none": (False, False, False),
+VARIANTS = {  # (print, data-dependent if, digamma)
+    "print": (True, False, False),
+    "if": (False, True, False),
+    "digamma": (False, False, True),
+    "all": (True, True, True),
+    "none": (False, False, False),
 }
-
-# fields: fx_graphs, fx breaks, xla_partitions, compiles, cached_compiles, executions,
-# transfers_to_host, syncs, forced_executions, fallback_nodes, fallback_ops
-FIELDS = ("fx_graphs", "num_fx_breaks", "xla_partitions", "compiles", "cached_compiles", "executions",
-          "transfers_to_host", "syncs", "forced_executions", "fallback_nodes", "fallback_ops")
-Z = (0, 0, 0)
-# First step (compiles happen here), then 3 steady steps.
-EXPECTED = {
-    ("a_print", "lazy"): ((*Z, 1, 0, 1, 0, 1, 0, {}, {}), (*Z, 0, 3, 3, 0, 3, 0, {}, {})),
-    ("a_print", "dynamo"): ((2, 1, 2, 2, 0, 2, 0, 4, 0, {}, {}), (*Z, 0, 0, 6, 0, 0, 0, {}, {})),
-    ("b_if", "lazy"): ((*Z, 2, 0, 2, 1, 1, 1, {}, {LSD: 1}), (*Z, 0, 6, 6, 3, 3, 3, {}, {LSD: 3})),
-    ("b_if", "dynamo"): ((2, 1, 2, 2, 0, 2, 1, 4, 0, {}, {LSD: 1}), (*Z, 0, 0, 6, 3, 0, 0, {}, {LSD: 3})),
-    ("c_digamma", "lazy"): ((*Z, 2, 0, 2, 1, 1, 1, {}, {DIG: 1}), (*Z, 0, 6, 6, 3, 3, 3, {}, {DIG: 3})),
-    ("c_digamma", "dynamo"): ((1, 0, 2, 3, 1, 4, 3, 3, 2, {DIG: 1}, {DIG: 3}), (*Z, 0, 0, 6, 3, 0, 0, {}, {DIG: 3})),
-    ("d_all", "lazy"): ((*Z, 3, 0, 3, 2, 1, 2, {}, {LSD: 1, DIG: 1}), (*Z, 0, 9, 9, 6, 3, 6, {}, {LSD: 3, DIG: 3})),
-    ("d_all", "dynamo"): ((3, 2, 4, 5, 1, 6, 4, 7, 2, {DIG: 1}, {LSD: 1, DIG: 3}),
-                          (*Z, 0, 0, 12, 6, 0, 0, {}, {LSD: 3, DIG: 3})),
-    ("e_none", "lazy"): ((*Z, 1, 0, 1, 0, 1, 0, {}, {}), (*Z, 0, 3, 3, 0, 3, 0, {}, {})),
-    ("e_none", "dynamo"): ((1, 0, 1, 1, 0, 1, 0, 2, 0, {}, {}), (*Z, 0, 0, 3, 0, 0, 0, {}, {})),
-}
-CASES = list(EXPECTED)
+REGISTRY = json.load(open(os.path.join(os.path.dirname(torch._dynamo.__file__), "graph_break_registry.json")))
+GB_IDS = {e["Gb_type"]: k for k, v in REGISTRY.items() for e in v}
 
 
 def make(name, mode, width, batch=4):
     torch._dynamo.reset()
-    model = gb.example_model(*MODELS[name], width=width).to(DEVICE)
+    model = gb.example_model(*VARIANTS[name], width=width).to(DEVICE)
     x = gb.example_inputs(batch=batch, width=width)[0].to(DEVICE)
     torch_xla.sync()
     fn = torch.compile(model, backend="openxla") if mode == "dynamo" else model
@@ -61,12 +48,24 @@ def make(name, mode, width, batch=4):
             torch_xla.sync()
         return y
 
-    return step
+    return step, model, x
 
 
-def observed(report):
-    d = report.to_dict()
-    return tuple(d[f] for f in FIELDS)
+class XlaMetrics:
+    """torch_xla's metric sample counts over a region (metrics survive counter clears)."""
+
+    NAMES = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime")
+
+    def __enter__(self):
+        torch_xla._XLAC._xla_wait_device_ops([])
+        self._start = {n: (met.metric_data(n) or (0,))[0] for n in self.NAMES}
+        self._mark = oracles.xla_counter("MarkStep")
+        return self
+
+    def __exit__(self, *exc):
+        torch_xla._XLAC._xla_wait_device_ops([])
+        self.delta = {n: (met.metric_data(n) or (0,))[0] - self._start[n] for n in self.NAMES}
+        self.syncs = oracles.xla_counter("MarkStep") - self._mark
 
 
 def source_line(text):
@@ -74,62 +73,110 @@ def source_line(text):
     return start + next(i for i, ln in enumerate(lines) if text in ln)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{n}-{m}" for n, m in CASES])
-def test_exact_counts(case):
-    name, mode = case
-    step = make(name, mode, width=20 + CASES.index(case))
-    with gb.account() as first:
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_dynamo_figures_equal_torch_and_torch_xla_records(name):
+    step, model, x = make(name, "dynamo", width=20 + list(VARIANTS).index(name))
+    with oracles.DynamoCounters() as dc, oracles.TraceLog() as tl, XlaMetrics() as xm, gb.account() as first:
         step()
-    with gb.account() as steady:
+    with XlaMetrics() as xm_steady, gb.account() as steady:
         for _ in range(3):
             step()
-    want_first, want_steady = EXPECTED[case]
-    assert dict(zip(FIELDS, observed(first.report()))) == dict(zip(FIELDS, want_first))
-    assert dict(zip(FIELDS, observed(steady.report()))) == dict(zip(FIELDS, want_steady))
-    assert first.report().recompiles == 0 and steady.report().recompiles == 0
+            steady.step()
+    r = first.report()
+    # Dynamo: compile ids, graphs handed to the backend, breaks (data-dependent jumps are not in
+    # counters['graph_break'], but torch logs every break it takes as a structured artifact).
+    assert r.dynamo_compiles == len(tl.compile_ids)
+    assert r.fx_graphs == dc.delta["unique_graphs"] == tl.kinds["dynamo_output_graph"]
+    assert r.num_fx_breaks == tl.kinds["artifact:dynamo_graph_break_reason"]
+    assert sum(b["count"] for b in r.fx_breaks if b["gb_type"] != "Data-dependent branching") == \
+        dc.delta["graph_breaks"]
+    # AOTAutograd: every Dynamo graph went through it. Its forward graphs reach the backend at
+    # compile time; the backward graphs it traced alongside are compiled lazily, at the first
+    # backward pass, which a forward pass never runs.
+    assert dc.delta["aot_autograd"] == r.fx_graphs
+    assert (r.aot_graphs.get("forward"), r.aot_graphs.get("inference")) == (tl.aot.get("forward"), tl.aot.get("inference"))
+    assert r.aot_graphs.get("backward", 0) == 0 < tl.aot.get("backward", 0)
+    # XLA: torch_xla's own metric samples (its counters are cleared by the bridge meanwhile).
+    assert (r.compiles, r.executions, r.transfers_to_host) == (
+        xm.delta["CompileTime"], xm.delta["ExecuteTime"], xm.delta["TransferFromDeviceTime"])
+    s = steady.report()
+    assert (s.fx_graphs, s.compiles, s.recompiles, s.dynamo_compiles) == (0, 0, 0, 0)
+    assert s.executions == xm_steady.delta["ExecuteTime"] and s.steps == 3
+    # Each XLA partition runs once per step.
+    assert all(h["executions"] == 3 for h in s.per_graph_hash.values())
+    assert len(s.per_graph_hash) == r.xla_partitions
+    # explain() on the same model (its own Dynamo pass): graphs, and graphs that a break ended.
+    graphs, ended = oracles.explain(model, x)
+    assert (r.fx_graphs, r.graphs_ended_by_break) == (graphs, ended)
 
 
-def test_breaks_name_reason_and_user_frame():
-    step = make("d_all", "dynamo", width=40)
+def test_breaks_carry_dynamos_structured_record_and_the_user_frame():
+    step, _, _ = make("all", "dynamo", width=40)
     with gb.account() as ledger:
         step()
     r = ledger.report()
-    frames = {b["frame"]: b["reason"] for b in r.fx_breaks}
     file = inspect.getsourcefile(gb.example_model)
-    print_frame = f"{file}:{source_line('print(')}"
-    if_frame = f"{file}:{source_line('if h.sum() > 0')}"
-    assert set(frames) == {print_frame, if_frame}
-    assert "print" in frames[print_frame]
-    assert "generic_jump" in frames[if_frame]  # Dynamo's name for a data-dependent jump
-    # Per FX graph: the third holds digamma, split into two XLA partitions around it.
-    assert [(g["partitions"], g["fallback_nodes"]) for g in r.graphs] == [(1, []), (1, []), (2, [DIG])]
-    # Per graph hash (the bridge's cached graphs): 4 partitions compiled and executed once each.
-    assert len(r.per_graph_hash) == 4
-    assert all(h["executions"] == 1 and h["compiles"] == 1 for h in r.per_graph_hash.values())
+    by_frame = {b["frame"]: b for b in r.fx_breaks}
+    assert set(by_frame) == {f"{file}:{source_line('print(')}", f"{file}:{source_line('if h.sum() > 0')}"}
+    jump = by_frame[f"{file}:{source_line('if h.sum() > 0')}"]
+    assert jump["gb_type"] == "Data-dependent branching"
+    assert jump["dynamo_reason"].startswith("generic_jump")  # what GraphCompileReason alone says
+    for b in r.fx_breaks:
+        assert b["gb_id"] == GB_IDS[b["gb_type"]]  # torch's own registry
+        assert b["explanation"] and b["hints"] and b["count"] == 1 and "forward" in b["function"]
+    # The joined view: three Dynamo graphs; the bridge splits the third around digamma.
+    graphs = [g for c in r.joined for g in c["graphs"]]
+    assert [g["ended_by"] is not None for g in graphs] == [True, True, False]
+    bridge = [br for g in graphs for a in g["aot"] for br in a["bridge"]]
+    assert [(len(br["partitions"]), br["fallback_nodes"]) for br in bridge] == [(1, []), (1, []), (2, ["aten::digamma"])]
+    hashes = {p["hash"] for br in bridge for p in br["partitions"]}
+    assert hashes == set(r.per_graph_hash) and all(r.per_graph_hash[h]["compiles"] == 1 for h in hashes)
 
 
-def test_shape_change_counts_as_recompile():
-    step = make("e_none", "dynamo", width=41)
-    step()
+def test_fallback_nodes_are_only_ops_torch_xla_fell_back_on():
+    step, _, _ = make("digamma", "dynamo", width=41)
+    met.clear_all()
     with gb.account() as ledger:
-        step(gb.example_inputs(batch=8, width=41)[0].to(DEVICE))
+        step()
     r = ledger.report()
-    assert r.recompiles == 1
-    assert "size mismatch" in r.recompile_reasons[0]["reason"]
-    assert r.fx_graphs == 1 and r.compiles == 1
-    # Lazy mode: the new shape is a new XLA graph, one uncached compile.
-    lazy = make("e_none", "lazy", width=42)
-    lazy()
-    with gb.account() as ledger:
-        lazy(gb.example_inputs(batch=8, width=42)[0].to(DEVICE))
-    assert (ledger.report().compiles, ledger.report().cached_compiles) == (1, 0)
+    assert r.fallback_nodes == {"aten::digamma": 1}
+    assert set(r.fallback_nodes) <= set(met.executed_fallback_ops())
+    # Nodes the bridge left to eager that are not ops (inputs, constants, outputs) are apart.
+    assert all("::" not in k for k in r.eager_nodes)
+
+
+@pytest.mark.parametrize("name", ["if", "digamma", "all", "none"])
+def test_lazy_figures_equal_torch_xla_metrics(name):
+    step, _, _ = make(name, "lazy", width=50 + list(VARIANTS).index(name))
+    step()
+    with XlaMetrics() as xm, gb.account() as ledger:
+        for _ in range(3):
+            step()
+    r = ledger.report()
+    assert (r.fx_graphs, r.xla_partitions, r.num_aot_graphs) == (0, 0, 0)
+    assert (r.compiles, r.executions, r.transfers_to_host, r.syncs) == (
+        xm.delta["CompileTime"], xm.delta["ExecuteTime"], xm.delta["TransferFromDeviceTime"], xm.syncs)
+    # An execution outside a sync is forced by a host read: the `if`'s scalar, digamma's input.
+    assert r.forced_executions == sum(r.fallback_ops.values()) == 3 * (VARIANTS[name][1] + VARIANTS[name][2])
+
+
+def test_shape_change_is_a_recompile_with_its_failed_guard():
+    step, _, _ = make("none", "dynamo", width=42)
+    step()
+    with oracles.TraceLog() as tl, gb.account() as ledger:
+        step(gb.example_inputs(batch=8, width=42)[0].to(DEVICE))
+    r = ledger.report()
+    assert r.recompiles == sum(1 for _, n in tl.compile_ids if n and n > 0) == 1
+    (row,) = r.recompile_reasons
+    assert "size mismatch" in row["reason"] and row["compile_ids"] == [c["compile_id"] for c in r.joined]
+    assert r.joined[0]["recompile_reason"] == row["reason"]
 
 
 @pytest.mark.parametrize("mode", ["lazy", "dynamo"])
 def test_accounting_does_not_change_results(mode):
-    plain = make("d_all", mode, width=43)
+    plain, _, _ = make("all", mode, width=43)
     outs_plain = [plain().cpu() for _ in range(3)]
-    accounted = make("d_all", mode, width=43)
+    accounted, _, _ = make("all", mode, width=43)
     with gb.account():
         outs_acc = [accounted().cpu() for _ in range(3)]
     for a, b in zip(outs_plain, outs_acc):
@@ -139,15 +186,15 @@ def test_accounting_does_not_change_results(mode):
 
 
 def test_counts_survive_counter_clears():
-    step = make("e_none", "lazy", width=44)
+    step, _, _ = make("none", "lazy", width=44)
     step()
-    with gb.account() as ledger:
+    with XlaMetrics() as xm, gb.account() as ledger:
         step()
         met.clear_counters()
         step()
     r = ledger.report()
-    assert (r.cached_compiles, r.executions, r.syncs) == (2, 2, 2)
-    assert met.clear_counters is not None and torch_xla._XLAC._clear_xla_counters.__name__ == "_clear_xla_counters"
+    assert (r.cached_compiles, r.executions, r.syncs) == (2, xm.delta["ExecuteTime"], 2)
+    assert torch_xla._XLAC._clear_xla_counters.__name__ == "_clear_xla_counters"
 
 
 def test_native_hooks_land_in_the_region_only():
@@ -160,23 +207,26 @@ def test_native_hooks_land_in_the_region_only():
     assert ledger.report().native_hooks == {"fallback_op": 1, "graph_break": 1}
 
 
-def test_report_json_markdown_and_events():
-    step = make("d_all", "dynamo", width=45)
+def test_report_round_trips_and_renders(tmp_path):
+    step, _, _ = make("all", "dynamo", width=45)
     with gb.account() as ledger:
         step()
         partial = ledger.report()
+        ledger.step()
     r = ledger.report()
-    assert partial.fx_graphs == 3
-    back = gb.GraphBreakReport.from_dict(__import__("json").loads(r.to_json()))
-    assert back == r
+    assert partial.fx_graphs == r.fx_graphs and r.steps == 1
+    assert gb.load_report(r.save(str(tmp_path / "r{rank}.json"))) == r
+    assert (tmp_path / f"r{r.rank['rank']}.json").is_file()
     md = r.to_markdown()
-    assert "| FX graphs (Dynamo) | 3 |" in md and "| XLA partitions (bridge) | 4 |" in md and "`aten::digamma`" in md
+    assert f"| Dynamo graphs (handed to the backend) | {r.fx_graphs} |" in md and "GB0170" in md
     kinds = [e["kind"] for e in ledger.recent_events()]
-    assert kinds.count("fx_graph") == 3 and kinds.count("xla_partition") == 4 and kinds.count("graph_break") == 2
-    assert r.wall_ms > 0 and r.compile_ms > 0
+    assert kinds.count("fx_graph") == r.fx_graphs and kinds.count("graph_break") == r.num_fx_breaks
+    tracks = {ev["track"] for ev in r.timeline}
+    assert {"dynamo compile", "bridge", "xla compile", "xla execute", "steps"} <= tracks
+    assert all(ev["ts"] >= -1.0 and ev["ts"] <= r.wall_ms * 1e3 + 1e3 for ev in r.timeline)
 
 
-def test_errors_name_the_argument():
+def test_errors_name_the_argument_and_subclass_the_status_classes(tmp_path):
     with pytest.raises(gb.GraphBreakError, match="ring_capacity"):
         gb.account(ring_capacity=0)
     ledger = gb.account()
@@ -187,11 +237,18 @@ def test_errors_name_the_argument():
     with pytest.raises(gb.GraphBreakError, match="one region"):
         with ledger:
             pass
-    assert issubclass(gb.GraphBreakError, ValueError)
+    assert issubclass(gb.GraphBreakError, errors.InvalidArgumentError)
+    assert issubclass(gb.WorkerError, errors.InternalError)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "torch_xla_ext.graph_breaks.report/2", "fx_graphs": "three"}')
+    with pytest.raises(gb.GraphBreakError, match=r"bad.json: field 'fx_graphs' must be int"):
+        gb.load_report(str(bad))
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        gb.load_report(str(tmp_path / "nope.json"))
 
 
 def test_nested_regions_each_count_their_own_syncs_and_unwrap_at_the_end():
-    step = make("e_none", "lazy", width=46)
+    step, _, _ = make("none", "lazy", width=46)
     step()
     marker = torch_xla._XLAC._xla_step_marker
     with gb.account() as outer:
@@ -204,22 +261,56 @@ def test_nested_regions_each_count_their_own_syncs_and_unwrap_at_the_end():
     assert torch_xla._XLAC._xla_step_marker is marker
     assert (outer.report().syncs, inner.report().syncs) == (4, 2)
     assert (outer.report().forced_executions, inner.report().forced_executions) == (0, 0)
-    # Each sync is an event keyed by the graphs it launched (1 here), with its duration.
+    # Each sync is an event keyed by the graphs it launched (1 here), with its duration and replica.
     syncs = [e for e in inner.recent_events() if e["kind"] == "sync"]
     assert [e["key"] for e in syncs] == ["1", "1"] and all(e["duration_ns"] > 0 for e in syncs)
+    assert {e["replica"] for e in syncs} == {0}
 
 
 def test_int_only_record_path_checks_its_arguments():
     ledger = _core.Ledger(ring_capacity=8)
     key = ledger.intern("graph-7")
     assert ledger.intern("graph-7") == key and ledger.lookup(key) == "graph-7"
-    ledger.record_ids(int(_core.Kind.execute), int(_core.Stage.bridge), key, 250, 2)
+    ledger.record_ids(int(_core.Kind.execute), int(_core.Stage.bridge), key, 250, 2, replica=3)
     assert ledger.counts()["execute"] == 2 and ledger.totals_ns()["execute"] == 250
-    assert ledger.recent_events()[-1]["key"] == "graph-7"
-    with pytest.raises(ValueError, match="kind"):
-        ledger.record_ids(99, 0, key, 0, 1)
-    with pytest.raises(ValueError, match="stage"):
-        ledger.record_ids(0, -1, key, 0, 1)
-    with pytest.raises(ValueError, match="not an id from intern"):
-        ledger.record_ids(0, 0, key + 1000, 0, 1)
-    assert ledger.counts()["execute"] == 2
+    assert ledger.recent_events()[-1]["key"] == "graph-7" and ledger.recent_events()[-1]["replica"] == 3
+    for bad, match in ((dict(kind=99), "kind"), (dict(stage=99), "stage"), (dict(key=10**6), "not an id"),
+                       (dict(replica=-2), "replica")):
+        args = dict(kind=int(_core.Kind.execute), stage=0, key=key, duration_ns=0, count=1)
+        args.update(bad)
+        with pytest.raises(ValueError, match=match):
+            ledger.record_ids(**args)
+
+
+def test_tap_forwards_calls_unchanged_and_records_per_replica():
+    calls = []
+
+    def original(graph_hash, inputs, *, flag=False):
+        calls.append((graph_hash, inputs, flag))
+        if inputs == "boom":
+            raise RuntimeError("Failed to get computation by hash 12ab")
+        return inputs * 2
+
+    ledger = _core.Ledger()
+    tap = _core.Tap(original, "execute", replica_fn=lambda: 5, on_error=_explain)
+    stand_in = tap.stand_in()
+    assert stand_in(b"\x0f\xa0", 21, flag=True) == 42  # nothing open: a plain call
+    tap.set_ledgers([ledger])
+    assert stand_in(b"\x0f\xa0", 4) == 8 and calls[-1] == (b"\x0f\xa0", 4, False)
+    (row,) = [r for r in ledger.aggregates() if r["kind"] == "execute"]
+    assert (row["key"], row["replica"], row["count"]) == ("0fa0", 5, 1)
+    with pytest.raises(gb.WorkerError, match="explained") as info:
+        stand_in(b"\x00", "boom")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    tap_plain = _core.Tap(original, "execute").stand_in()
+    with pytest.raises(RuntimeError, match="12ab"):
+        tap_plain(b"\x00", "boom")
+    with pytest.raises(ValueError, match="mode"):
+        _core.Tap(original, "other")
+    with pytest.raises(ValueError, match="counter_value"):
+        _core.Tap(original, "sync")
+
+
+def _explain(exc):
+    if "computation by hash" in str(exc):
+        raise gb.WorkerError("explained") from exc

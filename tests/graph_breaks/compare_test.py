@@ -1,76 +1,103 @@
-"""compare() runs each mode in a fresh process and reports what account() measures in-process;
-the CLI and the PNG on top of it."""
+"""compare() runs each mode in a fresh process under the one --model contract (forward pass or
+training step); its worker timeout fires; the CLI writes JSON, HTML, a trace and a PNG."""
 
 import json
-import os
 
 import pytest
 
 from torch_xla_ext import graph_breaks as gb
 from torch_xla_ext.cli import main
 
+TOKENS = "tests.graph_breaks.factories:token_mlp"
+
 
 @pytest.fixture(scope="module")
 def comparison():
     seen = []
-    cmp = gb.compare(gb.example_model, gb.example_inputs, warmup=1, steps=2, progress=seen.append)
+    cmp = gb.compare("torch_xla_ext.graph_breaks:example", warmup=1, steps=2, progress=seen.append)
     return cmp, seen
 
 
-def test_each_mode_in_its_own_process_with_exact_counts(comparison):
+def test_each_mode_in_its_own_process(comparison):
     cmp, seen = comparison
     lazy, dynamo = cmp.modes["lazy"], cmp.modes["dynamo"]
     assert lazy.isolation == dynamo.isolation == "subprocess"
-    # Fresh processes: each mode compiles from scratch (same counts as the in-process first step).
-    assert (lazy.report.fx_graphs, lazy.report.xla_partitions, lazy.report.compiles) == (0, 0, 3)
-    assert (dynamo.report.fx_graphs, dynamo.report.num_fx_breaks, dynamo.report.xla_partitions,
-            dynamo.report.compiles) == (3, 2, 4, 5)
-    # Steady steps: lazy runs 3 graphs/step (2 forced by host reads), dynamo 4 partitions/step;
-    # both read the host twice per step (the `if` scalar and digamma's CPU input).
-    assert (lazy.steady.executions, lazy.steady.forced_executions, lazy.steady.transfers_to_host) == (6, 4, 4)
-    assert (dynamo.steady.executions, dynamo.steady.forced_executions, dynamo.steady.transfers_to_host) == (8, 0, 4)
-    assert lazy.steady.compiles == dynamo.steady.compiles == 0
+    assert (lazy.report.fx_graphs, lazy.report.xla_partitions, lazy.report.num_aot_graphs) == (0, 0, 0)
+    # A fresh process compiles from scratch: the same figures as explain() of the model here.
+    import torch._dynamo
+
+    model, (x,) = gb.example()
+    explained = torch._dynamo.explain(model)(x)
+    assert dynamo.report.fx_graphs == explained.graph_count
+    assert dynamo.report.graphs_ended_by_break == len(explained.break_reasons)
+    # Forward passes under no_grad: AOT inference graphs, one per Dynamo graph.
+    assert dynamo.report.aot_graphs == {"inference": explained.graph_count}
+    # Steady steps: every partition once per step, no compile.
+    assert dynamo.steady.executions == 2 * dynamo.report.xla_partitions
+    assert lazy.steady.compiles == dynamo.steady.compiles == 0 and dynamo.steady.steps == 2
     assert len(lazy.step_ms) == len(dynamo.step_ms) == 2 and all(t > 0 for t in lazy.step_ms + dynamo.step_ms)
     assert "lazy: starting a fresh process" in seen and any(s.startswith("dynamo: 2 timed steps") for s in seen)
 
 
-def test_markdown_json_and_plot(comparison, tmp_path):
+def test_markdown_json_html_and_plot(comparison, tmp_path):
     cmp, _ = comparison
     md = cmp.to_markdown()
-    assert "| XLA partitions | 0 | 4 |" in md and "| executions / step | 3 | 4 |" in md
+    assert f"| Dynamo graphs | 0 | {cmp.modes['dynamo'].report.fx_graphs} |" in md
     d = json.loads(cmp.to_json())
-    assert d["modes"]["dynamo"]["report"]["fx_graphs"] == 3 and d["steps"] == 2
+    assert d["modes"]["dynamo"]["report"]["fx_graphs"] == cmp.modes["dynamo"].report.fx_graphs and d["steps"] == 2
+    page = open(cmp.write_html(str(tmp_path / "cmp.html"))).read()
+    assert "Data-dependent branching" in page and "GB0170" in page
     png = cmp.plot(str(tmp_path / "breaks.png"))
-    with open(png, "rb") as f:
-        head = f.read(8)
-    assert head == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 10000
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_training_step_with_keyword_inputs_through_the_cli(tmp_path, capsys):
+    j, h, t, p = (tmp_path / f for f in ("gb.json", "gb.html", "gb.trace.json", "gb.png"))
+    rc = main(["graph-breaks", "--model", TOKENS, "--train", "--modes", "dynamo", "--warmup", "1", "--steps", "1",
+               "--json", str(j), "--html", str(h), "--trace", str(t), "--plot", str(p)])
+    assert rc == 0
+    out = capsys.readouterr()
+    assert "training step of " + TOKENS in out.out and "dynamo: starting a fresh process" in out.err
+    d = json.loads(j.read_text())
+    rep = d["modes"]["dynamo"]["report"]
+    assert d["train"] is True
+    # zero_grad, backward() and the optimizer break the step; the forward has a backward graph.
+    assert rep["aot_graphs"]["forward"] == rep["aot_graphs"]["backward"] == 1
+    assert "Unsupported Tensor.backward() call" in {b["gb_type"] for b in rep["fx_breaks"]}
+    assert "Unsupported Tensor.backward() call" in h.read_text()
+    events = json.loads(t.read_text())["traceEvents"]
+    assert {e["args"]["name"] for e in events if e.get("name") == "thread_name"} >= {"dynamo compile", "xla execute"}
+    assert all(e["ph"] in ("M", "X", "i") for e in events)
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_worker_timeout_fires_and_kills_the_worker():
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(gb.WorkerError, match=r"mode 'lazy': worker process timed out after 3 s"):
+        gb.compare("tests.graph_breaks.factories:sleepy", modes=("lazy",), steps=1, timeout_s=3)
+    assert time.monotonic() - t0 < 60  # the factory sleeps 300 s
 
 
 def test_in_process_isolation_and_argument_errors():
-    with pytest.raises(gb.GraphBreakError, match="fn_factory: .* cannot be imported"):
-        gb.compare(lambda: gb.example_model(), gb.example_inputs)
+    with pytest.raises(gb.GraphBreakError, match="model: .* cannot be imported"):
+        gb.compare(lambda: gb.example())
     with pytest.raises(gb.GraphBreakError, match="modes"):
-        gb.compare(gb.example_model, gb.example_inputs, modes=("eager",))
+        gb.compare(gb.example, modes=("eager",))
     with pytest.raises(gb.GraphBreakError, match="steps"):
-        gb.compare(gb.example_model, gb.example_inputs, steps=0)
-    with pytest.raises(gb.GraphBreakError, match="fn_factory: torch_xla_ext.graph_breaks has no callable 'nope'"):
-        gb.compare("torch_xla_ext.graph_breaks:nope", gb.example_inputs)
-    with pytest.raises(gb.GraphBreakError, match="inputs: cannot import 'no_such_module_txe'"):
-        gb.compare(gb.example_model, "no_such_module_txe:inputs")
-    cmp = gb.compare(lambda: gb.example_model(False, False, False, width=12), lambda: gb.example_inputs(width=12),
+        gb.compare(gb.example, steps=0)
+    with pytest.raises(gb.GraphBreakError, match="timeout_s"):
+        gb.compare(gb.example, timeout_s=0)
+    with pytest.raises(gb.GraphBreakError, match="model: torch_xla_ext.graph_breaks has no callable 'nope'"):
+        gb.compare("torch_xla_ext.graph_breaks:nope")
+    with pytest.raises(TypeError):
+        gb.compare(gb.example_model, gb.example_inputs)  # the old two-callable form is gone
+    with pytest.raises(gb.GraphBreakError, match="must return \\(model, args\\)"):
+        gb.compare("tests.graph_breaks.factories:not_a_pair", modes=("lazy",), steps=1)  # from the worker
+    cmp = gb.compare(lambda: (gb.example_model(False, False, False, width=12), gb.example_inputs(width=12)),
                      modes=("dynamo",), warmup=1, steps=1, isolation="in-process")
     r = cmp.modes["dynamo"].report
     assert cmp.modes["dynamo"].isolation.startswith("in-process")
-    assert (r.fx_graphs, r.num_fx_breaks, r.xla_partitions, r.compiles) == (1, 0, 1, 1)
-
-
-def test_cli_writes_json_and_plot(tmp_path, capsys):
-    j, p = tmp_path / "gb.json", tmp_path / "gb.png"
-    rc = main(["graph-breaks", "--modes", "dynamo", "--warmup", "1", "--steps", "1", "--json", str(j), "--plot", str(p)])
-    assert rc == 0
-    out = capsys.readouterr()
-    assert "| FX graphs | 3 |" in out.out
-    assert "dynamo: starting a fresh process" in out.err
-    assert json.loads(j.read_text())["modes"]["dynamo"]["report"]["xla_partitions"] == 4
-    assert p.stat().st_size > 10000
+    assert (r.fx_graphs, r.num_fx_breaks, r.xla_partitions) == (1, 0, 1)
     assert main(["graph-breaks", "--model", "no_colon"]) == 2

@@ -1,65 +1,93 @@
-"""Dynamo and torch_xla's openxla Dynamo bridge (torch_xla._dynamo.dynamo_bridge), in one place.
+"""Dynamo, AOTAutograd's openxla backend and torch_xla's Dynamo bridge, in one place.
 
-While a :class:`BridgeWatch` is open, thin wrappers report to its sink:
-  * Dynamo: each graph break (``GraphCompileReason`` with ``graph_break=True``: reason and the user
-    frame), each recompile (``get_and_maybe_log_recompilation_reasons``: the first failed guard).
-  * bridge: each FX graph handed to ``extract_compiled_graph``; the nodes
-    ``UnsupportedNodesCollector`` leaves to eager (with their aten ops); each XLA partition
-    (``extract_internal``); each cached-graph execution (``_XLAC._run_cached_graph``, per graph
-    hash) and each bridge compile (``_XLAC._xla_warm_up_cache`` after ``_get_graph_hash``).
+A compiled call crosses four layers; while a :class:`BridgeWatch` is open, thin wrappers report
+each to its sink, keyed so the layers join up per Dynamo compile id (``"1/0"``: frame 1, first
+compile):
+  * Dynamo: each frame compile (``convert_frame._compile``: compile id, code object, outcome),
+    each graph break with Dynamo's structured record (``log_graph_break``'s message: gb_type,
+    explanation, hints, developer context, and the GB id from torch's graph-break registry; the
+    user frame from ``GraphCompileReason``), each recompile and its first failed guard
+    (``get_and_maybe_log_recompilation_reasons``), each graph handed to the backend
+    (``OutputGraph.call_user_compiler``, what ``torch._dynamo.explain`` counts).
+  * AOTAutograd: each forward, backward and inference graph the openxla backend is asked to
+    compile (``xla_backend_helper``, named by ``get_graph_being_compiled()``).
+  * the openxla bridge (at the graph's first run): each graph it extracts
+    (``extract_compiled_graph``), the FX nodes ``UnsupportedNodesCollector`` leaves to eager,
+    each XLA partition (``extract_internal``) with its graph hash and compile time
+    (``_xla_warm_up_cache``), and each cached-graph execution (``_run_cached_graph``: a C++
+    :class:`Tap` writes straight into the open ledgers, so a step pays well under a microsecond).
 The wrappers call through unchanged, so results do not change. They are installed when the first
 watch opens and removed when the last closes.
+
+torch_xla 2.9's bridge fails a step whose compiled graph was never compiled ("Failed to get
+computation by hash ... kicked out of the LRU cache"); it is recognised here and raised as
+:class:`TorchXlaBridgeBug` naming the cause, instead of surfacing from our wrapper.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+import re
 import threading
 import time
-from typing import Any, Protocol
+import weakref
+from typing import Any, Callable, Protocol
 
 import torch
+import torch._dynamo.backends.torchxla as _xla_backend
 import torch._dynamo.convert_frame as _convert_frame
+import torch._dynamo.exc as _dynamo_exc
 import torch._dynamo.output_graph as _output_graph
+import torch._dynamo.symbolic_convert as _symbolic_convert
+import torch._guards
 import torch_xla
 import torch_xla._dynamo.dynamo_bridge as _bridge
 import torch_xla.core.dynamo_bridge as _core_bridge
+from torch._functorch.aot_autograd import get_graph_being_compiled
 
-__all__ = ["BridgeSink", "BridgeWatch", "aten_op_name", "reset_dynamo"]
+from torch_xla_ext._ext import graph_breaks as _core
+from torch_xla_ext.errors import InternalError
+
+__all__ = ["BridgeSink", "BridgeWatch", "TorchXlaBridgeBug", "aten_op_name", "parse_graph_break",
+           "replica", "reset_dynamo"]
+
+
+class TorchXlaBridgeBug(InternalError):
+    """A failure inside torch_xla's openxla bridge that is torch_xla's, not torch_xla_ext's."""
 
 
 class BridgeSink(Protocol):
-    def on_fx_graph(self, num_nodes: int) -> None: ...
-    def on_graph_break(self, reason: str, file: str, line: int) -> None: ...
-    def on_recompile(self, reason: str, file: str, line: int) -> None: ...
-    def on_fallback_node(self, aten_op: str) -> None: ...
-    def on_partition(self, num_nodes: int) -> None: ...
-    def on_execute(self, graph_hash: str, duration_ns: int) -> None: ...
-    def on_bridge_compile(self, graph_hash: str, duration_ns: int) -> None: ...
+    """What a watch reports to (compile time only; per-step events go through the C++ Tap)."""
+
+    def on_compile_start(self, compile_id: str, name: str, file: str, line: int, t_ns: int) -> None: ...
+    def on_compile_end(self, compile_id: str, t_ns: int, error: str | None) -> None: ...
+    def on_recompile(self, compile_id: str, failed_guard: str, file: str, line: int) -> None: ...
+    def on_graph_break(self, compile_id: str, record: dict[str, Any]) -> None: ...
+    def on_dynamo_graph(self, compile_id: str, graph: int, nodes: int, ops: int,
+                        ended_by: dict[str, Any] | None) -> None: ...
+    def on_aot_graph(self, compile_id: str, graph: int | None, name: str, kind: str, nodes: int) -> None: ...
+    def on_bridge_start(self, bridge: int, aot_name: str | None, compile_id: str | None, nodes: int,
+                        t_ns: int) -> None: ...
+    def on_bridge_end(self, bridge: int, t_ns: int, error: str | None) -> None: ...
+    def on_fallback_node(self, bridge: int | None, aten_op: str) -> None: ...
+    def on_eager_node(self, bridge: int | None, node: str) -> None: ...
+    def on_partition(self, bridge: int | None, nodes: int, graph_hash: str, t0_ns: int, t1_ns: int) -> None: ...
+    def on_bridge_compile(self, graph_hash: str, t0_ns: int, t1_ns: int) -> None: ...
     def compensate(self, counter: str, restored: int) -> None: ...
+    def ledgers(self) -> list[Any]: ...
 
 
-def aten_op_name(target: Any) -> str:
-    """'aten::digamma' for torch.ops.aten.digamma.default; str(target) for anything else."""
-    name = getattr(target, "name", None)
-    if callable(name):
-        try:
-            return str(name())
-        except Exception:  # noqa: BLE001 - some targets have name() with other meanings
-            pass
-    return getattr(target, "__name__", None) or str(target)
-
-
-def _short_reason(reason: str) -> str:
-    """Dynamo's reasons run to many lines of hints; keep the headline and its explanation."""
-    lines = [ln.strip() for ln in str(reason).splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    head = lines[0]
-    for ln in lines[1:]:
-        if ln.startswith("Explanation:"):
-            return f"{head}: {ln[len('Explanation:'):].strip()}"
-    return head
+def aten_op_name(target: Any) -> str | None:
+    """'aten::digamma' for torch.ops.aten.digamma.default (any operator overload or packet, in
+    any namespace: aten, prims, a custom op's); None for anything that is not a torch operator
+    (a Python callable such as operator.getitem)."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        schema_name = getattr(target, "_schema", None)
+        if schema_name is not None:
+            return str(schema_name.name)
+        return str(target.name())
+    return None
 
 
 def reset_dynamo() -> None:
@@ -67,32 +95,181 @@ def reset_dynamo() -> None:
     torch._dynamo.reset()
 
 
+def replica() -> int:
+    """The device ordinal of the calling thread's default XLA device: the replica a thread of
+    torch_xla's thread-per-device execution drives (0 in a one-device process)."""
+    return int(torch_xla._XLAC._xla_get_device_ordinal(torch_xla._XLAC._xla_get_default_device()))
+
+
+# ---- Dynamo's structured graph-break record ----------------------------------------------------
+
+_GB_IDS: dict[str, str] | None = None
+_DOC_LINK = re.compile(r"please visit:\s*(\S+/gb(\d+)\.html)")
+
+
+def _gb_ids() -> dict[str, str]:
+    """gb_type -> 'GB0123' from torch's graph-break registry (torch/_dynamo/graph_break_registry.json)."""
+    global _GB_IDS
+    if _GB_IDS is None:
+        load = getattr(_dynamo_exc, "_load_gb_type_to_gb_id_map", None)
+        _GB_IDS = dict(load()) if load is not None else {}
+    return _GB_IDS
+
+
+def parse_graph_break(text: str) -> dict[str, Any]:
+    """Dynamo's graph-break message (``torch._dynamo.exc.format_graph_break_message``: gb_type,
+    "Explanation:", "Hint:" lines, "Developer debug context:", a documentation link) as fields.
+    A message without that structure keeps its first line as ``gb_type`` and no GB id.
+
+    Example:
+        >>> parse_graph_break("Data-dependent branching\\n  Explanation: Detected ...")["gb_type"]
+        'Data-dependent branching'
+    """
+    lines = str(text).splitlines()
+    head = next((ln.strip() for ln in lines if ln.strip()), "")
+    fields: dict[str, list[str]] = {"explanation": [], "context": []}
+    hints: list[str] = []
+    current: list[str] | None = None
+    link = None
+    for ln in lines[1:]:
+        s = ln.strip()
+        if s.startswith("Explanation:"):
+            current = fields["explanation"]
+            current.append(s[len("Explanation:"):].strip())
+        elif s.startswith("Hint:"):
+            hints.append(s[len("Hint:"):].strip())
+            current = None
+        elif s.startswith("Developer debug context:"):
+            current = fields["context"]
+            current.append(s[len("Developer debug context:"):].strip())
+        elif s.startswith("For more details"):
+            m = _DOC_LINK.search(s)
+            link = m.group(1) if m else None
+            current = None
+        elif s and current is not None:
+            current.append(s)
+        elif s and hints and ln.startswith("    "):  # a hint's continuation line
+            hints[-1] += " " + s
+    structured = bool(fields["explanation"])
+    gb_id = _gb_ids().get(head) if structured else None
+    if gb_id is None and link:
+        gb_id = "GB" + _DOC_LINK.search(f"please visit: {link}").group(2)  # type: ignore[union-attr]
+    if link is None and gb_id is not None:
+        doc = getattr(_dynamo_exc, "get_gbid_documentation_link", None)
+        link = doc(head) if doc is not None else None
+    return {
+        "gb_type": head,
+        "gb_id": gb_id,
+        "explanation": " ".join(fields["explanation"]),
+        "hints": hints,
+        "context": " ".join(fields["context"]),
+        "doc": link,
+        "structured": structured,
+    }
+
+
+# ---- the wrappers ------------------------------------------------------------------------------
+
 _lock = threading.Lock()
-_sinks: list[BridgeSink] = []
+_sinks: list[BridgeSink] = []  # copy on write, so readers iterate it without a copy
 _saved: list[tuple[Any, str, Any]] = []
-_tls = threading.local()  # last graph hash seen by _get_graph_hash on this thread
+_tls = threading.local()
+_graph_ids = itertools.count()
+_bridge_ids = itertools.count()
+# AOT graph (fx.GraphModule) -> (compile id, aot name, kind): the bridge sees the same object at
+# the graph's first run, which may be much later (a backward graph runs in the backward pass).
+_aot_graphs: "weakref.WeakKeyDictionary[Any, tuple[str, str, str]]" = weakref.WeakKeyDictionary()
+_aot_owner: dict[str, int] = {}  # aot id -> the Dynamo graph whose forward it compiled
+_execute_tap: Any = None
+_AOT_NAME = re.compile(r"__(\d+)_(forward|backward|inference)_\d+$")
 
 
 def _each(method: str, *args: Any) -> None:
-    for s in _sinks:  # copy on write (BridgeWatch), so no copy here
+    for s in _sinks:
         getattr(s, method)(*args)
 
 
-def _patch(owner: Any, name: str, make) -> None:
+def _compile_id() -> str | None:
+    cid = torch._guards.CompileContext.current_compile_id()
+    return None if cid is None else str(cid)
+
+
+def _now() -> int:
+    return time.monotonic_ns()
+
+
+def _first_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}"
+
+
+def _count_ops(gm: Any) -> tuple[int, int]:
+    nodes = ops = 0
+    for nd in gm.graph.nodes:
+        nodes += 1
+        if nd.op in ("call_function", "call_method", "call_module"):
+            ops += 1
+    return nodes, ops
+
+
+def _patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
     original = getattr(owner, name)
     _saved.append((owner, name, original))
     setattr(owner, name, make(original))
 
 
 def _install() -> None:
+    global _execute_tap
+
+    def compile_frame(original):
+        @functools.wraps(original)
+        def wrapper(code, *args, **kwargs):
+            cid = str(kwargs.get("compile_id"))
+            _tls.pending_break = None
+            _tls.breaks = {}
+            _each("on_compile_start", cid, code.co_name, code.co_filename, int(code.co_firstlineno), _now())
+            try:
+                result = original(code, *args, **kwargs)
+            except BaseException as e:
+                _each("on_compile_end", cid, _now(), _first_line(e))
+                raise
+            finally:
+                _tls.pending_break = None
+            _each("on_compile_end", cid, _now(), None)
+            return result
+        return wrapper
+
+    def log_graph_break(original):
+        # The message logged here carries Dynamo's structure even where the GraphCompileReason
+        # that follows does not (a data-dependent jump's reason is just "generic_jump ...").
+        @functools.wraps(original)
+        def wrapper(code_options, reason="", *args, **kwargs):
+            _tls.pending_break = (_compile_id(), str(reason))
+            return original(code_options, reason, *args, **kwargs)
+        return wrapper
+
     def post_init(original):
         @functools.wraps(original)
         def wrapper(self):
             original(self)
-            if self.graph_break:
-                frame = self.user_stack[-1] if self.user_stack else None
-                _each("on_graph_break", _short_reason(self.reason), getattr(frame, "filename", ""),
-                      int(getattr(frame, "lineno", 0) or 0))
+            if not self.graph_break:
+                return
+            cid = _compile_id()
+            pending = getattr(_tls, "pending_break", None)
+            text = str(self.reason)
+            record = parse_graph_break(text)
+            if not record["structured"] and pending is not None and pending[0] == cid:
+                record = parse_graph_break(pending[1])
+            _tls.pending_break = None
+            frame = self.user_stack[-1] if self.user_stack else None
+            record.update(dynamo_reason=text.splitlines()[0] if text else "",
+                          file=str(getattr(frame, "filename", "") or ""),
+                          line=int(getattr(frame, "lineno", 0) or 0),
+                          function=str(getattr(frame, "name", "") or ""))
+            breaks = getattr(_tls, "breaks", None)
+            if breaks is not None:
+                breaks[id(self)] = record
+            _each("on_graph_break", cid or "-", record)
         return wrapper
 
     def recompile_reasons(original):
@@ -102,24 +279,88 @@ def _install() -> None:
             if not kwargs.get("skip_logging", False) and not (args and args[0]):
                 code = frame.f_code
                 reason = reasons[0] if reasons else "unable to find recompilation reasons"
-                _each("on_recompile", _short_reason(reason), code.co_filename, code.co_firstlineno)
+                _each("on_recompile", _compile_id() or "-", str(reason).strip(), code.co_filename,
+                      int(code.co_firstlineno))
             return reasons
+        return wrapper
+
+    def call_user_compiler(original):
+        @functools.wraps(original)
+        def wrapper(self, gm, example_inputs):
+            graph = next(_graph_ids)
+            nodes, ops = _count_ops(gm)
+            reason = getattr(gm, "compile_subgraph_reason", None)
+            ended_by = None
+            if reason is not None and reason.graph_break:
+                ended_by = (getattr(_tls, "breaks", None) or {}).get(id(reason))
+                if ended_by is None:  # a break recorded before the watch opened
+                    ended_by = parse_graph_break(str(reason.reason))
+            _each("on_dynamo_graph", _compile_id() or "-", graph, nodes, ops, ended_by)
+            outer = getattr(_tls, "dynamo_graph", None)
+            _tls.dynamo_graph = graph
+            try:
+                return original(self, gm, example_inputs)
+            finally:
+                _tls.dynamo_graph = outer
+        return wrapper
+
+    def backend_helper(original):
+        # openxla = aot_autograd(fw_compiler=openxla_eval_boxed): forward, backward and
+        # inference graphs all end here; AOT's own name for the graph tells which.
+        @functools.wraps(original)
+        def wrapper(model, fake_tensor_inputs, *args, **kwargs):
+            name = str(get_graph_being_compiled() or "")
+            m = _AOT_NAME.search(name)
+            kind = m.group(2) if m else "dynamo"  # openxla_eval: Dynamo's graph, no AOTAutograd
+            cid = _compile_id() or "-"
+            graph = getattr(_tls, "dynamo_graph", None)
+            if m:
+                if kind == "backward":
+                    graph = _aot_owner.get(m.group(1), graph)
+                elif graph is not None:
+                    _aot_owner[m.group(1)] = graph
+            _aot_graphs[model] = (cid, name if m else f"dynamo_graph_{graph}", kind)
+            _each("on_aot_graph", cid, graph, name if m else f"dynamo_graph_{graph}", kind, _count_ops(model)[0])
+            return original(model, fake_tensor_inputs, *args, **kwargs)
         return wrapper
 
     def extract_compiled_graph(original):
         @functools.wraps(original)
         def wrapper(xla_model, xla_args):
-            n = sum(1 for nd in xla_model.graph.nodes if nd.op in ("call_function", "call_method", "call_module"))
-            _each("on_fx_graph", n)
-            return original(xla_model, xla_args)
+            key = next(_bridge_ids)
+            info = _aot_graphs.get(xla_model)
+            _each("on_bridge_start", key, info[1] if info else None, info[0] if info else None,
+                  _count_ops(xla_model)[0], _now())
+            stack = getattr(_tls, "bridge", None)
+            if stack is None:
+                stack = _tls.bridge = []
+            stack.append(key)
+            try:
+                out = original(xla_model, xla_args)
+            except BaseException as e:
+                _each("on_bridge_end", key, _now(), _first_line(e))
+                raise
+            finally:
+                stack.pop()
+            _each("on_bridge_end", key, _now(), None)
+            return out
         return wrapper
+
+    def current_bridge() -> int | None:
+        stack = getattr(_tls, "bridge", None)
+        return stack[-1] if stack else None
 
     def get_unsupported_nodes(original):
         @functools.wraps(original)
         def wrapper(self):
             nodes = original(self)
+            key = current_bridge()
             for node in nodes:
-                _each("on_fallback_node", aten_op_name(node.target))
+                op = aten_op_name(node.target) if node.op == "call_function" else None
+                if op is not None:
+                    _each("on_fallback_node", key, op)
+                else:  # an input, constant or output holding a non-XLA tensor
+                    _each("on_eager_node", key, f"{node.op} {node.name}")
             return nodes
         return wrapper
 
@@ -140,9 +381,12 @@ def _install() -> None:
     def extract_internal(original):
         @functools.wraps(original)
         def wrapper(xla_model):
-            n = sum(1 for nd in xla_model.graph.nodes if nd.op in ("call_function", "call_method", "call_module"))
-            _each("on_partition", n)
-            return original(xla_model)
+            nodes = _count_ops(xla_model)[0]
+            _tls.last_hash = None
+            t0 = _now()
+            out = original(xla_model)
+            _each("on_partition", current_bridge(), nodes, _hex(getattr(_tls, "last_hash", None)), t0, _now())
+            return out
         return wrapper
 
     def get_graph_hash(original):
@@ -156,23 +400,18 @@ def _install() -> None:
     def warm_up_cache(original):
         @functools.wraps(original)
         def wrapper(*args, **kwargs):
-            t0 = time.perf_counter_ns()
+            t0 = _now()
             out = original(*args, **kwargs)
-            _each("on_bridge_compile", _hex(getattr(_tls, "last_hash", b"")), time.perf_counter_ns() - t0)
+            _each("on_bridge_compile", _hex(getattr(_tls, "last_hash", None)), t0, _now())
             return out
         return wrapper
 
-    def run_cached_graph(original):
-        @functools.wraps(original)
-        def wrapper(graph_hash, graph_input):
-            t0 = time.perf_counter_ns()
-            out = original(graph_hash, graph_input)
-            _each("on_execute", _hex(graph_hash), time.perf_counter_ns() - t0)
-            return out
-        return wrapper
-
-    _patch(_output_graph.GraphCompileReason, "__post_init__", post_init)
+    _patch(_convert_frame, "_compile", compile_frame)
     _patch(_convert_frame, "get_and_maybe_log_recompilation_reasons", recompile_reasons)
+    _patch(_symbolic_convert, "log_graph_break", log_graph_break)
+    _patch(_output_graph.GraphCompileReason, "__post_init__", post_init)
+    _patch(_output_graph.OutputGraph, "call_user_compiler", call_user_compiler)
+    _patch(_xla_backend, "xla_backend_helper", backend_helper)
     # The openxla backend looks the function up on torch_xla.core.dynamo_bridge at call time.
     _patch(_core_bridge, "extract_compiled_graph", extract_compiled_graph)
     _patch(_bridge.UnsupportedNodesCollector, "get_unsupported_nodes", get_unsupported_nodes)
@@ -180,21 +419,51 @@ def _install() -> None:
     _patch(_bridge, "extract_internal", extract_internal)
     _patch(torch_xla._XLAC, "_get_graph_hash", get_graph_hash)
     _patch(torch_xla._XLAC, "_xla_warm_up_cache", warm_up_cache)
-    _patch(torch_xla._XLAC, "_run_cached_graph", run_cached_graph)
+    _execute_tap = _core.Tap(torch_xla._XLAC._run_cached_graph, "execute", replica_fn=replica,
+                             on_error=_explain_bridge_error)
+    _patch(torch_xla._XLAC, "_run_cached_graph", lambda original: _execute_tap.stand_in())
 
 
 def _uninstall() -> None:
+    global _execute_tap
     while _saved:
         owner, name, original = _saved.pop()
         setattr(owner, name, original)
+    _execute_tap = None
+    _aot_owner.clear()
+
+
+def _set_tap_ledgers() -> None:
+    if _execute_tap is not None:
+        _execute_tap.set_ledgers([ledger for s in _sinks for ledger in s.ledgers()])
 
 
 def _hex(h: Any) -> str:
+    if h is None:
+        return ""
     return h.hex() if isinstance(h, (bytes, bytearray)) else str(h)
 
 
+_LRU_MISS = "Failed to get computation by hash"
+
+
+def _explain_bridge_error(exc: BaseException) -> None:
+    """Raises TorchXlaBridgeBug for torch_xla 2.9's never-compiled cached graph; returns for
+    anything else (the Tap then re-raises the original)."""
+    if isinstance(exc, RuntimeError) and _LRU_MISS in str(exc):
+        raise TorchXlaBridgeBug(
+            "torch_xla 2.9's openxla bridge has no compiled computation for a graph it runs (\""
+            + str(exc).strip().splitlines()[-1] + "\"). This is a torch_xla bug, not torch_xla_ext's: it is "
+            "seen when a compiled graph only passes an input through, e.g. a training step ending in "
+            "`return loss.detach()` (loss.backward() splits the step, and the last graph only detaches "
+            "the loss). Return a computed tensor instead (`loss.detach() * 1.0`), or return nothing and "
+            "read the loss outside the compiled function."
+        ) from exc
+
+
 class BridgeWatch:
-    """Reports Dynamo and bridge events to ``sink`` while open (nestable, any number at once)."""
+    """Reports Dynamo, AOTAutograd and bridge events to ``sink`` while open (nestable, any
+    number at once); cached-graph executions go to ``sink.ledgers()`` through a C++ Tap."""
 
     def __init__(self, sink: BridgeSink):
         self._sink = sink
@@ -205,13 +474,15 @@ class BridgeWatch:
             if not _sinks:
                 _install()
             _sinks = [*_sinks, self._sink]
+            _set_tap_ledgers()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         global _sinks
         with _lock:
             rest = list(_sinks)
             rest.remove(self._sink)
             _sinks = rest
+            _set_tap_ledgers()
             if not _sinks:
                 _uninstall()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from typing import Any, Callable, Iterable
 
 import torch_xla
@@ -35,6 +34,7 @@ __all__ = [
     "fallback_counters",
     "wait_device_ops",
     "SyncWatch",
+    "metric_samples",
 ]
 
 
@@ -179,47 +179,55 @@ class CounterWindow:
 
 # ---- lazy-tensor syncs -----------------------------------------------------------------------
 
-_sync_sinks: list[Callable[[int, int], None]] = []  # copy on write: _step_marker iterates it as is
+_sync_ledgers: list[Any] = []  # copy on write
+_sync_tap: Any = None
 _original_step_marker: Callable[..., Any] | None = None
-_counter_value = torch_xla._XLAC._xla_counter_value
-_clock = time.perf_counter_ns
-
-
-def _step_marker(*args: Any, **kwargs: Any) -> Any:
-    # Runs once per training step. Every graph a sync launches first looks up its compile (cached
-    # or not) on this thread; ExecuteComputation is bumped on the execution thread, possibly
-    # after the sync returned, so it cannot tell what this sync launched.
-    before = (_counter_value("UncachedCompile") or 0) + (_counter_value("CachedCompile") or 0)
-    t0 = _clock()
-    out = _original_step_marker(*args, **kwargs)  # type: ignore[misc]  # set while a watch is open
-    ns = _clock() - t0
-    launched = (_counter_value("UncachedCompile") or 0) + (_counter_value("CachedCompile") or 0) - before
-    for sink in _sync_sinks:
-        sink(launched, ns)
-    return out
 
 
 class SyncWatch:
-    """Calls ``sink(graphs_launched, duration_ns)`` for each lazy-tensor sync
-    (``torch_xla.sync()`` / ``xm.mark_step()``, both end in ``_XLAC._xla_step_marker``)."""
+    """Records each lazy-tensor sync (``torch_xla.sync()`` / ``xm.mark_step()``, both end in
+    ``_XLAC._xla_step_marker``) into ``ledger`` (a ``_ext.graph_breaks.Ledger``) while open: one
+    ``sync`` event keyed by how many graphs it launched, with its duration and the calling
+    thread's replica. A C++ Tap stands in for the step marker, so a sync pays under a microsecond."""
 
-    def __init__(self, sink: Callable[[int, int], None]):
-        self._sink = sink
+    def __init__(self, ledger: Any, replica_fn: Callable[[], int] | None = None):
+        self._ledger = ledger
+        self._replica_fn = replica_fn
 
     def __enter__(self) -> "SyncWatch":
-        global _original_step_marker, _sync_sinks
+        global _original_step_marker, _sync_ledgers, _sync_tap
+        from torch_xla_ext._ext import graph_breaks as _core
+
         with _lock:
-            if not _sync_sinks:
+            if not _sync_ledgers:
                 _original_step_marker = torch_xla._XLAC._xla_step_marker
-                torch_xla._XLAC._xla_step_marker = _step_marker
-            _sync_sinks = [*_sync_sinks, self._sink]
+                _sync_tap = _core.Tap(_original_step_marker, "sync", replica_fn=self._replica_fn,
+                                      counter_value=torch_xla._XLAC._xla_counter_value)
+                torch_xla._XLAC._xla_step_marker = _sync_tap.stand_in()
+            _sync_ledgers = [*_sync_ledgers, self._ledger]
+            _sync_tap.set_ledgers(_sync_ledgers)
         return self
 
     def __exit__(self, *exc) -> None:
-        global _sync_sinks
+        global _sync_ledgers, _sync_tap
         with _lock:
-            rest = list(_sync_sinks)
-            rest.remove(self._sink)
-            _sync_sinks = rest
-            if not _sync_sinks and _original_step_marker is not None:
+            rest = list(_sync_ledgers)
+            rest.remove(self._ledger)
+            _sync_ledgers = rest
+            _sync_tap.set_ledgers(_sync_ledgers)
+            if not _sync_ledgers and _original_step_marker is not None:
                 torch_xla._XLAC._xla_step_marker = _original_step_marker
+                _sync_tap = None
+
+
+# ---- timestamps --------------------------------------------------------------------------------
+
+
+def metric_samples(name: str) -> list[tuple[float, float]]:
+    """The recent samples torch_xla keeps of a metric, as (wall-clock seconds since the epoch,
+    value): for ``*Time`` metrics the value is a duration in ns (torch_xla keeps a bounded
+    window of the latest samples per metric)."""
+    data = _met.metric_data(name)
+    if not data:
+        return []
+    return [(float(t), float(v)) for t, v in data[2]]

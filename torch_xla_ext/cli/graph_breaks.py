@@ -1,5 +1,6 @@
 """`torch-xla-ext graph-breaks`: account a model in lazy and dynamo mode (each in a fresh
-process) and print where it breaks, splits and round-trips to the host."""
+process) and print where it breaks, splits and round-trips to the host; `graph-breaks merge`
+combines the per-rank reports of a multi-process job and names the ranks that differ."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 
 from torch_xla_ext.cli import progress
 
-_DEFAULT_MODEL = "torch_xla_ext.graph_breaks:example_model"
+_DEFAULT_MODEL = "torch_xla_ext.graph_breaks:example"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -15,16 +16,20 @@ def _run(args: argparse.Namespace) -> int:
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     model = args.model or _DEFAULT_MODEL
-    if ":" not in model:
-        raise ValueError(f"--model: expected 'module:factory', got {model!r}")
-    inputs = args.inputs or (model.split(":", 1)[0] + ":example_inputs")
     if args.model is None:
         progress("embedded example: 3-layer MLP with a print, a data-dependent if and digamma")
-    cmp = graph_breaks.compare(model, inputs, modes=modes, warmup=args.warmup, steps=args.steps, progress=progress)
+    cmp = graph_breaks.compare(model, modes=modes, train=args.train, warmup=args.warmup, steps=args.steps,
+                               progress=progress, timeout_s=args.timeout)
     if args.json:
         with open(args.json, "w") as f:
-            f.write(cmp.to_json(indent=2))
+            f.write(cmp.to_json(indent=1))
         progress(f"wrote {args.json}")
+    if args.html:
+        cmp.write_html(args.html)
+        progress(f"wrote {args.html}")
+    if args.trace:
+        graph_breaks.write_trace(args.trace, [cmp.modes[m].report for m in cmp.modes], labels=list(cmp.modes))
+        progress(f"wrote {args.trace}")
     if args.plot:
         cmp.plot(args.plot)
         progress(f"wrote {args.plot}")
@@ -32,23 +37,56 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from torch_xla_ext import graph_breaks
+
+    progress(f"merging {len(args.files)} report(s)")
+    merged = graph_breaks.merge(args.files)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(merged.to_json(indent=1))
+        progress(f"wrote {args.json}")
+    if args.html:
+        merged.write_html(args.html)
+        progress(f"wrote {args.html}")
+    if args.trace:
+        graph_breaks.write_trace(args.trace, [merged.reports[r] for r in merged.ranks])
+        progress(f"wrote {args.trace}")
+    print(merged.to_markdown())
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "graph-breaks",
-        help="count Dynamo graph breaks, bridge partitions, XLA compiles and host transfers per mode",
+        help="count Dynamo graph breaks, AOT graphs, bridge partitions, XLA compiles and host transfers per mode",
         description="Run a model in each mode (lazy tensors, torch.compile(backend='openxla')), each in "
-        "a fresh process, and report FX graphs and breaks, XLA partitions and CPU-fallback ops, "
-        "compiles, executions, device->host transfers and ms/step. Without --model, the embedded "
-        "example (print + data-dependent if + digamma).",
+        "a fresh process, and report Dynamo's compiles, graphs and structured graph breaks, AOTAutograd's "
+        "forward/backward graphs, the bridge's XLA partitions and CPU-fallback ops, compiles, executions, "
+        "device->host transfers and ms/step. Without --model, the embedded example (print + data-dependent "
+        "if + digamma). `graph-breaks merge FILE...` combines per-rank reports.",
     )
     p.add_argument("--model", metavar="MODULE:FACTORY",
-                   help="importable factory returning the model (default: the embedded example)")
-    p.add_argument("--inputs", metavar="MODULE:FUNCTION",
-                   help="importable function returning the CPU input tensors (default: example_inputs "
-                   "in the model's module)")
+                   help="importable factory returning (model, args) or (model, args, kwargs) "
+                   "(default: the embedded example)")
+    p.add_argument("--train", action="store_true",
+                   help="a training step (zero_grad, forward, loss, backward, SGD step) instead of a forward pass")
     p.add_argument("--modes", default="lazy,dynamo", help="comma-separated, from lazy,dynamo (default: both)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
     p.add_argument("--steps", type=int, default=8, help="timed steps (default: 8)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per mode before its worker is killed")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--trace", metavar="FILE", help="also write a Chrome/Perfetto trace (traceEvents JSON)")
     p.add_argument("--plot", metavar="FILE", help="also write a PNG: breaks, partitions, compiles, ms/step")
     p.set_defaults(func=_run)
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    m = actions.add_parser("merge", help="combine per-rank report JSON files and name the ranks that differ",
+                           description="Combine the report JSON each rank saved (report.save(...)) into one "
+                           "report that names the ranks that differ: an extra compile, another graph hash, a "
+                           "break only some ranks take.")
+    m.add_argument("files", nargs="+", metavar="FILE", help="per-rank report JSON files")
+    m.add_argument("--json", metavar="FILE", help="also write the merged report as JSON")
+    m.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    m.add_argument("--trace", metavar="FILE", help="also write a Chrome/Perfetto trace with one process per rank")
+    m.set_defaults(func=_merge)

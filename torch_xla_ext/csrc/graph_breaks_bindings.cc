@@ -1,12 +1,19 @@
 // Bindings of cc/graph_breaks: the Ledger (Python's account() records into its own one), the
-// process-wide ledger the C++ hooks write to, and the hooks themselves so Python-side lowering
-// code can report through the same API as a fork's C++.
+// process-wide ledger the C++ hooks write to, the hooks themselves so Python-side lowering
+// code can report through the same API as a fork's C++, and the Tap: the stand-in for the two
+// torch_xla entry points every step crosses, which records in C++ to keep accounting cheap.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "cc/graph_breaks/hooks.h"
 #include "cc/graph_breaks/ledger.h"
@@ -26,6 +33,7 @@ py::dict SiteDict(const gb::EventSite& s) {
   d["reason"] = s.reason;
   d["file"] = s.file;
   d["line"] = s.line;
+  d["replica"] = s.replica;
   d["count"] = s.count;
   return d;
 }
@@ -50,6 +58,244 @@ py::dict TotalsDict(const gb::KindTotals& t, bool ns) {
   py::dict d;
   for (int k = 0; k < gb::kNumKinds; ++k) d[gb::KindName(static_cast<gb::Kind>(k))] = ns ? t.total_ns[k] : t.count[k];
   return d;
+}
+
+txe::Status CheckReplica(int replica) {
+  if (replica < gb::kNoReplica || replica > gb::kMaxReplica) {
+    return txe::InvalidArgumentError("replica must be -1 (none) or 0.." + std::to_string(gb::kMaxReplica) +
+                                     ", got " + std::to_string(replica));
+  }
+  return txe::OkStatus();
+}
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(bytes.size() * 2, '0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    out[2 * i] = kDigits[b >> 4];
+    out[2 * i + 1] = kDigits[b & 15];
+  }
+  return out;
+}
+
+// Stands in for a torch_xla function while accounting regions are open: calls the original with
+// the same arguments, returns its result unchanged, and records one event into each open ledger.
+//   "sync": torch_xla's lazy sync (_xla_step_marker). Key: how many graphs the sync launched,
+//     from torch_xla's compile-lookup counters read around the call (every graph a sync launches
+//     first looks up its compile on this thread; executions finish on another thread, so their
+//     counter cannot tell).
+//   "execute": a cached-graph execution of the Dynamo bridge (_run_cached_graph). Key: the graph
+//     hash (first argument, bytes) as hex.
+// The replica of the calling thread (its device ordinal) comes from `replica_fn`, asked once per
+// thread. If the original raises under "execute", `on_error(exception)` may raise a clearer one.
+// The callable placed on torch_xla is a plain CPython object (StandIn) whose tp_call forwards the
+// caller's argument tuple as is: a step pays for the counter reads and one ledger record, not
+// for pybind11's argument handling.
+class Tap {
+ public:
+  Tap(py::object original, const std::string& mode, py::object replica_fn, py::object counter_value,
+      py::object on_error)
+      : original_(std::move(original)),
+        replica_fn_(std::move(replica_fn)),
+        counter_value_(std::move(counter_value)),
+        on_error_(std::move(on_error)),
+        generation_(next_generation_.fetch_add(1, std::memory_order_relaxed) + 1),
+        ledgers_(std::make_shared<Ledgers>()) {
+    if (!PyCallable_Check(original_.ptr())) {
+      txe::python::ThrowIfError(txe::InvalidArgumentError("Tap: original must be callable"));
+    }
+    if (mode == "sync") {
+      sync_ = true;
+      if (!PyCallable_Check(counter_value_.ptr())) {
+        txe::python::ThrowIfError(txe::InvalidArgumentError("Tap: mode 'sync' needs a callable counter_value"));
+      }
+      uncached_ = py::str("UncachedCompile");
+      cached_ = py::str("CachedCompile");
+    } else if (mode != "execute") {
+      txe::python::ThrowIfError(
+          txe::InvalidArgumentError("Tap: mode must be 'sync' or 'execute', got '" + mode + "'"));
+    }
+  }
+
+  // tp_call of the stand-in: a new reference, or nullptr with a Python error set.
+  PyObject* Call(PyObject* args, PyObject* kwargs) {
+    int64_t before = 0;
+    if (sync_ && !Lookups(&before)) return nullptr;
+    const int64_t t0 = SteadyNowNs();
+    PyObject* out = PyObject_Call(original_.ptr(), args, kwargs);
+    if (out == nullptr) {
+      if (!sync_ && !on_error_.is_none()) ExplainError();
+      return nullptr;
+    }
+    const int64_t ns = SteadyNowNs() - t0;
+    std::shared_ptr<const Ledgers> ledgers = ledgers_;  // a region may close while the original ran
+    if (ledgers->ledgers.empty()) return out;
+    int replica = gb::kNoReplica;
+    if (!Replica(&replica)) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    std::string key;
+    if (sync_) {
+      int64_t after = 0;
+      if (!Lookups(&after)) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      key = std::to_string(after - before);
+    } else if (PyTuple_GET_SIZE(args) > 0) {
+      PyObject* first = PyTuple_GET_ITEM(args, 0);
+      char* data = nullptr;
+      Py_ssize_t size = 0;
+      if (PyBytes_Check(first) && PyBytes_AsStringAndSize(first, &data, &size) == 0) {
+        key = Hex(std::string_view(data, static_cast<size_t>(size)));
+      }
+    }
+    const gb::Kind kind = sync_ ? gb::Kind::kSync : gb::Kind::kExecute;
+    const gb::Stage stage = sync_ ? gb::Stage::kLazy : gb::Stage::kBridge;
+    for (gb::Ledger* ledger : ledgers->ledgers) {
+      ledger->RecordInterned(kind, stage, ledger->Intern(key), gb::kEmptyStringId, gb::kEmptyStringId, 0, ns, 1,
+                             replica);
+    }
+    return out;
+  }
+
+  // The ledgers to record into (Ledger objects); an empty list stops recording.
+  void SetLedgers(const py::list& ledgers) {
+    auto next = std::make_shared<Ledgers>();
+    for (const py::handle& l : ledgers) {
+      next->owners.push_back(py::reinterpret_borrow<py::object>(l));
+      next->ledgers.push_back(l.cast<gb::Ledger*>());
+    }
+    ledgers_ = std::move(next);
+  }
+
+  const py::object& original() const { return original_; }
+
+ private:
+  struct Ledgers {
+    std::vector<py::object> owners;  // keep the Python objects alive while recorded into
+    std::vector<gb::Ledger*> ledgers;
+  };
+
+  bool Counter(PyObject* name, int64_t* value) const {
+    PyObject* v = PyObject_CallOneArg(counter_value_.ptr(), name);
+    if (v == nullptr) return false;
+    *value = v == Py_None ? 0 : PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return !PyErr_Occurred();
+  }
+
+  bool Lookups(int64_t* total) const {
+    int64_t u = 0, c = 0;
+    if (!Counter(uncached_.ptr(), &u) || !Counter(cached_.ptr(), &c)) return false;
+    *total = u + c;
+    return true;
+  }
+
+  // The calling thread's replica, cached per thread for each of the last few taps.
+  bool Replica(int* out) {
+    struct Slot {
+      uint64_t generation = 0;
+      int replica = gb::kNoReplica;
+    };
+    thread_local std::array<Slot, 4> cache;
+    thread_local size_t next = 0;
+    for (const Slot& slot : cache) {
+      if (slot.generation == generation_) {
+        *out = slot.replica;
+        return true;
+      }
+    }
+    int r = gb::kNoReplica;
+    if (!replica_fn_.is_none()) {
+      PyObject* v = PyObject_CallNoArgs(replica_fn_.ptr());
+      if (v == nullptr) return false;
+      r = v == Py_None ? gb::kNoReplica : static_cast<int>(PyLong_AsLong(v));
+      Py_DECREF(v);
+      if (PyErr_Occurred()) return false;
+    }
+    if (!CheckReplica(r).ok()) r = gb::kNoReplica;
+    cache[next++ % cache.size()] = Slot{generation_, r};
+    *out = r;
+    return true;
+  }
+
+  // With the original's exception set: on_error(exception) may raise a clearer one (chained to
+  // it); if it returns, the original exception stands.
+  void ExplainError() const {
+    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != nullptr && value != nullptr) PyException_SetTraceback(value, tb);
+    PyObject* r = PyObject_CallOneArg(on_error_.ptr(), value != nullptr ? value : Py_None);
+    if (r == nullptr) {  // on_error raised its own exception: that one propagates
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+      return;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(type, value, tb);
+  }
+
+  static inline std::atomic<uint64_t> next_generation_{0};
+  py::object original_;
+  py::object replica_fn_;
+  py::object counter_value_;
+  py::object on_error_;
+  py::str uncached_, cached_;
+  bool sync_ = false;
+  const uint64_t generation_;
+  std::shared_ptr<const Ledgers> ledgers_;  // replaced, never mutated: only touched with the GIL
+};
+
+// The plain CPython callable placed on torch_xla: it holds the pybind11 Tap object alive.
+struct StandInObject {
+  PyObject_HEAD
+  Tap* tap;
+  PyObject* owner;
+};
+
+PyObject* StandInCall(PyObject* self, PyObject* args, PyObject* kwargs) {
+  return reinterpret_cast<StandInObject*>(self)->tap->Call(args, kwargs);
+}
+
+void StandInDealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  Py_XDECREF(reinterpret_cast<StandInObject*>(self)->owner);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyType_Slot kStandInSlots[] = {
+    {Py_tp_call, reinterpret_cast<void*>(&StandInCall)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(&StandInDealloc)},
+    {Py_tp_doc, const_cast<char*>("A torch_xla entry point with graph-break accounting (see Tap).")},
+    {0, nullptr},
+};
+PyType_Spec kStandInSpec = {"torch_xla_ext._ext.graph_breaks.TapStandIn", sizeof(StandInObject), 0,
+                            Py_TPFLAGS_DEFAULT, kStandInSlots};
+
+py::object MakeStandIn(const py::object& tap_object) {
+  static PyObject* type = nullptr;
+  if (type == nullptr) {
+    type = PyType_FromSpec(&kStandInSpec);
+    if (type == nullptr) throw py::error_already_set();
+  }
+  PyObject* obj = PyType_GenericAlloc(reinterpret_cast<PyTypeObject*>(type), 0);
+  if (obj == nullptr) throw py::error_already_set();
+  auto* s = reinterpret_cast<StandInObject*>(obj);
+  s->tap = tap_object.cast<Tap*>();
+  s->owner = tap_object.ptr();
+  Py_INCREF(s->owner);
+  return py::reinterpret_steal<py::object>(obj);
 }
 
 }  // namespace
@@ -83,30 +329,36 @@ TXE_PYBIND_SUBMODULE(graph_breaks, m) {
       .def(
           "record",
           [](gb::Ledger& l, gb::Kind kind, gb::Stage stage, const std::string& key, const std::string& reason,
-             const std::string& file, int line, int64_t duration_ns, int64_t count) {
-            l.Record(kind, stage, key, reason, {file, line}, duration_ns, count);
+             const std::string& file, int line, int64_t duration_ns, int64_t count, int replica) {
+            txe::python::ThrowIfError(CheckReplica(replica));
+            l.Record(kind, stage, key, reason, {file, line}, duration_ns, count, replica);
           },
           py::arg("kind"), py::arg("stage"), py::arg("key") = "", py::arg("reason") = "", py::arg("file") = "",
-          py::arg("line") = 0, py::arg("duration_ns") = 0, py::arg("count") = 1)
+          py::arg("line") = 0, py::arg("duration_ns") = 0, py::arg("count") = 1, py::arg("replica") = gb::kNoReplica)
       // The hot path for per-step wrappers: ints only (kind and stage as int(Kind.x)), string ids
       // from intern(); about a quarter of record()'s cost per call.
       .def("intern", [](gb::Ledger& l, std::string_view s) { return l.Intern(s); }, py::arg("s"))
       .def("lookup", &gb::Ledger::Lookup, py::arg("id"))
       .def("record_ids",
-           [](gb::Ledger& l, int kind, int stage, gb::StringId key, int64_t duration_ns, int64_t count) {
+           [](gb::Ledger& l, int kind, int stage, gb::StringId key, int64_t duration_ns, int64_t count, int replica) {
              if (kind < 0 || kind >= gb::kNumKinds) {
-               throw py::value_error("record_ids: kind must be int(Kind.<name>), got " + std::to_string(kind));
+               txe::python::ThrowIfError(txe::InvalidArgumentError(
+                   "record_ids: kind must be int(Kind.<name>), got " + std::to_string(kind)));
              }
              if (stage < 0 || stage >= gb::kNumStages) {
-               throw py::value_error("record_ids: stage must be int(Stage.<name>), got " + std::to_string(stage));
+               txe::python::ThrowIfError(txe::InvalidArgumentError(
+                   "record_ids: stage must be int(Stage.<name>), got " + std::to_string(stage)));
              }
              if (key >= l.num_strings()) {
-               throw py::value_error("record_ids: key " + std::to_string(key) + " is not an id from intern()");
+               txe::python::ThrowIfError(txe::InvalidArgumentError(
+                   "record_ids: key " + std::to_string(key) + " is not an id from intern()"));
              }
+             txe::python::ThrowIfError(CheckReplica(replica));
              l.RecordInterned(static_cast<gb::Kind>(kind), static_cast<gb::Stage>(stage), key, gb::kEmptyStringId,
-                              gb::kEmptyStringId, 0, duration_ns, count);
+                              gb::kEmptyStringId, 0, duration_ns, count, replica);
            },
-           py::arg("kind"), py::arg("stage"), py::arg("key"), py::arg("duration_ns"), py::arg("count"))
+           py::arg("kind"), py::arg("stage"), py::arg("key"), py::arg("duration_ns"), py::arg("count"),
+           py::arg("replica") = gb::kNoReplica)
       .def("count", &gb::Ledger::Count, py::arg("kind"))
       .def("total_ns", &gb::Ledger::TotalNs, py::arg("kind"))
       .def("counts", [](const gb::Ledger& l) { return TotalsDict(l.Totals(), false); })
@@ -125,7 +377,19 @@ TXE_PYBIND_SUBMODULE(graph_breaks, m) {
            })
       .def_property_readonly("events_recorded", &gb::Ledger::events_recorded)
       .def_property_readonly("ring_capacity", &gb::Ledger::ring_capacity)
+      .def_property_readonly("epoch_ns", &gb::Ledger::epoch_ns,
+                             "steady clock (time.monotonic_ns() on Linux) at creation; event timestamps add to it")
       .def_property_readonly("memory_bytes", &gb::Ledger::MemoryBytes);
+
+  py::class_<Tap, std::shared_ptr<Tap>>(m, "Tap")
+      .def(py::init<py::object, const std::string&, py::object, py::object, py::object>(), py::arg("original"),
+           py::arg("mode"), py::arg("replica_fn") = py::none(), py::arg("counter_value") = py::none(),
+           py::arg("on_error") = py::none())
+      .def("stand_in", [](py::object self) { return MakeStandIn(self); },
+           "The callable to put in place of the original: calls it and records into the ledgers.")
+      .def("set_ledgers", &Tap::SetLedgers, py::arg("ledgers"))
+      .def_property_readonly("original", &Tap::original);
+  m.attr("NO_REPLICA") = gb::kNoReplica;
 
   m.def("global_ledger", &gb::GlobalLedger, py::return_value_policy::reference,
         "The process-wide ledger the C++ hooks (cc/graph_breaks/hooks.h) write to.");

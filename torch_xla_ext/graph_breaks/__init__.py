@@ -1,0 +1,59 @@
+"""Graph-break ledger: where a torch_xla program leaves the one-big-graph path, per layer.
+
+Four layers break a program into pieces, and each is counted here in one report:
+  * Dynamo: frame compiles (compile ids), graphs handed to the backend, graph breaks with
+    Dynamo's structured record (gb_type, GB id, explanation, hints, user frame), recompiles and
+    the guard that failed.
+  * AOTAutograd: the forward, backward and inference graphs the openxla backend compiles.
+  * the openxla bridge: per graph, its XLA partitions and the aten ops left to eager around
+    CPU-fallback ops (``partition_fx_graph_for_cpu_fallback``).
+  * XLA / lazy tensors: compiles (uncached and cached), executions, device->host transfers and
+    their times, per graph hash where the bridge exposes it; syncs, and executions a host read
+    forced outside a sync.
+One report per region (``account()``), joined per compile id; a self-contained HTML page and a
+Chrome/Perfetto trace of it; ``compare()`` of lazy vs dynamo, each in a fresh process; and
+``merge()`` of the per-rank reports of a multi-process job, naming the ranks that differ.
+
+Example:
+    >>> from torch_xla_ext import graph_breaks
+    >>> with graph_breaks.account() as ledger:
+    ...     loss = compiled_step(x); ledger.step()
+    >>> report = ledger.report()
+    >>> print(report.to_markdown()); graph_breaks.write_html("breaks.html", report)
+
+The counts go through the C++ ledger (``cc/graph_breaks``), the same one a torch_xla fork's
+lowering writes to through ``cc/graph_breaks/hooks.h``; events from those hooks inside the region
+appear under ``native_hooks``.
+"""
+
+from torch_xla_ext._ext import graph_breaks as _core
+from torch_xla_ext.graph_breaks.compare import Comparison, ModeResult, compare
+from torch_xla_ext.graph_breaks.example import _SINK, example, example_inputs, example_model
+from torch_xla_ext.graph_breaks.html import write_html
+from torch_xla_ext.graph_breaks.ledger import GraphBreakLedger, account, native_ledger
+from torch_xla_ext.graph_breaks.merge import MergedReport, merge
+from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport, WorkerError, load_report
+from torch_xla_ext.graph_breaks.trace import write_trace
+from torch_xla_ext.graph_breaks.worker import MODES, default_loss
+
+__all__ = [
+    "Comparison",
+    "GraphBreakError",
+    "GraphBreakLedger",
+    "GraphBreakReport",
+    "MODES",
+    "MergedReport",
+    "ModeResult",
+    "WorkerError",
+    "account",
+    "compare",
+    "default_loss",
+    "example",
+    "example_inputs",
+    "example_model",
+    "load_report",
+    "merge",
+    "native_ledger",
+    "write_html",
+    "write_trace",
+]

@@ -1,0 +1,408 @@
+"""The ledger of one accounted region: account() opens it, the watches in ``_compat`` feed it.
+
+Compile-time events (Dynamo frames, breaks, graphs, AOT graphs, the bridge's partitions) arrive as
+Python calls and are rare; the per-step events (a lazy sync, a cached-graph execution) are written
+by a C++ Tap straight into this ledger's C++ ``Ledger``. torch_xla's counters and metrics are read
+as deltas over the region (``_compat.metrics.CounterWindow``), which survives the bridge's counter
+clears.
+
+Example:
+    >>> with account() as ledger:
+    ...     for x in batches:
+    ...         step(x); ledger.step()
+    >>> print(ledger.report().to_markdown())
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from torch_xla_ext._ext import graph_breaks as _core
+from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
+
+__all__ = ["GraphBreakLedger", "account", "native_ledger", "rank_identity"]
+
+# Counters whose deltas say "a host read happened" (each can force a pending graph to run).
+_HOST_READ_COUNTERS = ("aten::_local_scalar_dense", "xla::_to_cpu")
+_TIME_METRICS = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime")
+K, S = _core.Kind, _core.Stage
+
+
+def rank_identity() -> dict[str, Any]:
+    """Which process of a job this is: torch.distributed's rank if it is initialized, else the
+    RANK / LOCAL_RANK / WORLD_SIZE a launcher (torchrun) set, else torch_xla's process index."""
+    ident: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        ident.update(rank=dist.get_rank(), world_size=dist.get_world_size(), source="torch.distributed")
+    elif "RANK" in os.environ:
+        ident.update(rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"), source="RANK")
+    else:
+        import torch_xla.runtime as xr
+
+        ident.update(rank=int(xr.process_index()), world_size=int(xr.process_count()),
+                     source="torch_xla.runtime.process_index()")
+    if "LOCAL_RANK" in os.environ:
+        ident["local_rank"] = _env_int("LOCAL_RANK")
+    return ident
+
+
+def _env_int(name: str) -> int | None:
+    v = os.environ.get(name)
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise GraphBreakError(f"environment variable {name}={v!r} is not an integer") from None
+
+
+class GraphBreakLedger:
+    """Records Dynamo, AOTAutograd, bridge and XLA events while its region is open; see
+    :func:`account`."""
+
+    def __init__(self, ring_capacity: int = 4096):
+        if not isinstance(ring_capacity, int) or isinstance(ring_capacity, bool) or ring_capacity < 1:
+            raise GraphBreakError(f"ring_capacity must be a positive int, got {ring_capacity!r}")
+        self._ledger = _core.Ledger(ring_capacity=ring_capacity)
+        self._open = False
+        self._final: GraphBreakReport | None = None
+        self._steps: list[int] = []
+        self._compiles: dict[str, dict[str, Any]] = {}
+        self._breaks: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self._recompiles: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self._graphs: dict[int, dict[str, Any]] = {}
+        self._aot: dict[str, dict[str, Any]] = {}
+        self._bridges: dict[int, dict[str, Any]] = {}
+        self._hash_compiles: dict[str, list[float]] = {}
+        self._spans: list[dict[str, Any]] = []
+
+    # -- marking steps --
+    def step(self) -> None:
+        """Marks the end of one training/inference step, so the report gives executions per
+        step and the timeline shows step boundaries."""
+        self._steps.append(time.monotonic_ns())
+
+    # -- sink interface for _compat.dynamo.BridgeWatch --
+    def ledgers(self) -> list[Any]:
+        return [self._ledger]
+
+    def _span(self, name: str, track: str, t0: int, t1: int, **args: Any) -> None:
+        self._spans.append({"name": name, "track": track, "t0": t0, "t1": t1, "args": args})
+
+    def on_compile_start(self, compile_id: str, name: str, file: str, line: int, t_ns: int) -> None:
+        c = self._compiles.setdefault(compile_id, {"compile_id": compile_id, "name": name,
+                                                   "frame": f"{file}:{line}", "breaks": [],
+                                                   "recompile_reason": None, "error": None})
+        c["t0"] = t_ns
+
+    def on_compile_end(self, compile_id: str, t_ns: int, error: str | None) -> None:
+        c = self._compiles.get(compile_id)
+        if c is None or "t0" not in c:
+            return
+        c["ms"] = (t_ns - c["t0"]) / 1e6
+        c["error"] = error
+        self._span(f"[{compile_id}] {c['name']}", "dynamo compile", c["t0"], t_ns, frame=c["frame"],
+                   **({"error": error} if error else {}))
+
+    def on_recompile(self, compile_id: str, failed_guard: str, file: str, line: int) -> None:
+        self._ledger.record(K.recompile, S.dynamo, reason=failed_guard, file=file, line=line)
+        row = self._recompiles.setdefault((failed_guard, file, line), {
+            "reason": failed_guard, "frame": f"{file}:{line}", "count": 0, "compile_ids": []})
+        row["count"] += 1
+        row["compile_ids"].append(compile_id)
+        if compile_id in self._compiles:
+            self._compiles[compile_id]["recompile_reason"] = failed_guard
+
+    def on_graph_break(self, compile_id: str, record: dict[str, Any]) -> None:
+        key = (record["gb_type"], record["file"], record["line"])
+        self._ledger.record(K.graph_break, S.dynamo, key=record["gb_type"], file=record["file"], line=record["line"])
+        row = self._breaks.get(key)
+        if row is None:
+            row = self._breaks[key] = {
+                "gb_type": record["gb_type"], "gb_id": record["gb_id"], "explanation": record["explanation"],
+                "hints": list(record["hints"]), "context": record["context"], "doc": record["doc"],
+                "reason": f"{record['gb_type']}: {record['explanation']}" if record["explanation"] else record["gb_type"],
+                "dynamo_reason": record["dynamo_reason"], "frame": f"{record['file']}:{record['line']}",
+                "function": record["function"], "count": 0, "compile_ids": []}
+        row["count"] += 1
+        row["compile_ids"].append(compile_id)
+        if compile_id in self._compiles:
+            self._compiles[compile_id]["breaks"].append(f"{row['gb_type']} at {row['frame']}")
+
+    def on_dynamo_graph(self, compile_id: str, graph: int, nodes: int, ops: int,
+                        ended_by: dict[str, Any] | None) -> None:
+        self._ledger.record(K.fx_graph, S.dynamo, key=compile_id)
+        end = None
+        if ended_by is not None:
+            end = ended_by["gb_type"]
+            if ended_by.get("file"):
+                end += f" at {ended_by['file']}:{ended_by['line']}"
+        self._graphs[graph] = {"graph": graph, "compile_id": compile_id, "nodes": nodes, "ops": ops,
+                               "ended_by": end}
+
+    def on_aot_graph(self, compile_id: str, graph: int | None, name: str, kind: str, nodes: int) -> None:
+        self._aot[name] = {"name": name, "kind": kind, "nodes": nodes, "compile_id": compile_id, "graph": graph}
+
+    def on_bridge_start(self, bridge: int, aot_name: str | None, compile_id: str | None, nodes: int,
+                        t_ns: int) -> None:
+        self._bridges[bridge] = {"bridge": bridge, "aot_name": aot_name, "compile_id": compile_id, "nodes": nodes,
+                                 "t0": t_ns, "partitions": [], "fallback_nodes": [], "eager_nodes": [],
+                                 "error": None}
+
+    def on_bridge_end(self, bridge: int, t_ns: int, error: str | None) -> None:
+        b = self._bridges.get(bridge)
+        if b is None:
+            return
+        b["ms"] = (t_ns - b["t0"]) / 1e6
+        b["error"] = error
+        self._span(f"extract {b['aot_name'] or 'graph'}", "bridge", b["t0"], t_ns, partitions=len(b["partitions"]),
+                   **({"error": error} if error else {}))
+
+    def on_fallback_node(self, bridge: int | None, aten_op: str) -> None:
+        if bridge in self._bridges:
+            self._bridges[bridge]["fallback_nodes"].append(aten_op)
+        self._ledger.record(K.fallback_node, S.bridge, key=aten_op)
+
+    def on_eager_node(self, bridge: int | None, node: str) -> None:
+        if bridge in self._bridges:
+            self._bridges[bridge]["eager_nodes"].append(node)
+
+    def on_partition(self, bridge: int | None, nodes: int, graph_hash: str, t0_ns: int, t1_ns: int) -> None:
+        if bridge in self._bridges:
+            self._bridges[bridge]["partitions"].append({"nodes": nodes, "hash": graph_hash})
+        self._ledger.record(K.xla_partition, S.bridge, key=graph_hash)
+
+    def on_bridge_compile(self, graph_hash: str, t0_ns: int, t1_ns: int) -> None:
+        self._hash_compiles.setdefault(graph_hash, []).append((t1_ns - t0_ns) / 1e6)
+        self._span(f"compile {graph_hash[:12]}", "bridge", t0_ns, t1_ns, graph_hash=graph_hash)
+
+    def compensate(self, counter: str, restored: int) -> None:
+        self._window.compensate(counter, restored)
+
+    # -- region --
+    def __enter__(self) -> "GraphBreakLedger":
+        if self._open or self._final is not None:
+            raise GraphBreakError("a GraphBreakLedger accounts one region; call account() again for another")
+        from torch_xla_ext._compat import dynamo as _dynamo
+        from torch_xla_ext._compat import metrics as _metrics
+
+        # Work launched before the region (async executions) must not land inside it.
+        _metrics.wait_device_ops()
+        self._rank = rank_identity()
+        self._native_start = _core.global_ledger().counts()
+        self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
+        self._watches = [self._window, _dynamo.BridgeWatch(self), _metrics.SyncWatch(self._ledger, _dynamo.replica)]
+        for w in self._watches:
+            w.__enter__()
+        _core.set_hooks_enabled(True)
+        self._open = True
+        self._wall0, self._t0 = time.time_ns(), time.monotonic_ns()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from torch_xla_ext._compat import metrics as _metrics
+
+        try:
+            # Executions are asynchronous; their time metrics land when they finish.
+            _metrics.wait_device_ops()
+            self._t1 = time.monotonic_ns()
+        finally:
+            _core.set_hooks_enabled(False)
+            for w in reversed(self._watches):
+                w.__exit__(*exc)
+            self._open = False
+        self._final = self._build(self._window.delta(), self._t1, record=True)
+
+    def report(self) -> GraphBreakReport:
+        """The region's report (so far, if the region is still open)."""
+        if self._final is not None:
+            return self._final
+        if not self._open:
+            raise GraphBreakError("report(): the region has not started; use `with account() as ledger:`")
+        return self._build(self._window.delta(), time.monotonic_ns(), record=False)
+
+    def recent_events(self) -> list[dict[str, Any]]:
+        """The most recent per-step and compile events in order (bounded ring; the report's
+        counts never drop)."""
+        return self._ledger.recent_events()
+
+    def _build(self, delta: Any, t_end: int, record: bool) -> GraphBreakReport:
+        from torch_xla_ext.graph_breaks import trace as _trace
+
+        c, tm = delta.counters, delta.metric
+        rows = self._ledger.aggregates()
+        # Executions from the ExecuteTime metric: counters are cleared by the bridge meanwhile, and
+        # an execution finishing on its own thread while they are read and cleared would be lost.
+        bridge_exec = sum(r["count"] for r in rows if r["kind"] == "execute" and r["stage"] == "bridge")
+        executions = tm("ExecuteTime").count
+        lazy_exec = max(0, executions - bridge_exec)
+        fallback_ops = {k: v for k, v in c.items() if k.startswith("aten::") and v > 0}
+        launched = sum(int(r["key"] or 0) * r["count"] for r in rows if r["kind"] == "sync")
+        forced = max(0, lazy_exec - launched)
+        forced_by = {k: c[k] for k in _HOST_READ_COUNTERS if c.get(k, 0) > 0}
+        for op, n in fallback_ops.items():
+            forced_by.setdefault(op, n)
+        if record:
+            # Counter-derived totals go through the C++ ledger too, so one structure holds all.
+            L = self._ledger
+            if c.get("UncachedCompile", 0):
+                L.record(K.compile, S.xla, count=c["UncachedCompile"], duration_ns=int(tm("CompileTime").total))
+            if c.get("CachedCompile", 0):
+                L.record(K.cached_compile, S.xla, count=c["CachedCompile"])
+            if lazy_exec:
+                L.record(K.execute, S.xla, key="lazy", count=lazy_exec)
+            if tm("TransferFromDeviceTime").count:
+                L.record(K.transfer_to_host, S.xla, count=tm("TransferFromDeviceTime").count,
+                         duration_ns=int(tm("TransferFromDeviceTime").total))
+            for op, n in fallback_ops.items():
+                L.record(K.fallback_op, S.xla, key=op, count=n)
+            if forced:
+                L.record(K.forced_execution, S.lazy, count=forced)
+        counts = self._ledger.counts()
+        per_hash, replicas = self._per_hash(rows)
+        aot: dict[str, int] = {}
+        for a in self._aot.values():
+            aot[a["kind"]] = aot.get(a["kind"], 0) + 1
+        eager: dict[str, int] = {}
+        for b in self._bridges.values():
+            for n in b["eager_nodes"]:
+                eager[n.split()[0]] = eager.get(n.split()[0], 0) + 1
+        notes = []
+        if len(replicas) > 1:
+            notes.append(f"{len(replicas)} replicas in this process (thread per device): syncs and bridge "
+                         "executions are attributed per replica; torch_xla's counters (XLA compiles, lazy "
+                         "executions, transfers, fallback ops) are process-wide and cannot be split per replica.")
+        native_end = _core.global_ledger().counts()
+        report = GraphBreakReport(
+            rank=dict(self._rank),
+            steps=len(self._steps),
+            dynamo_compiles=len(self._compiles),
+            fx_graphs=counts["fx_graph"],
+            fx_breaks=sorted((dict(b) for b in self._breaks.values()), key=lambda b: -b["count"]),
+            graphs_ended_by_break=sum(1 for g in self._graphs.values() if g["ended_by"]),
+            recompiles=counts["recompile"],
+            recompile_reasons=[dict(r) for r in self._recompiles.values()],
+            aot_graphs=dict(sorted(aot.items())),
+            bridge_graphs=len(self._bridges),
+            xla_partitions=counts["xla_partition"],
+            fallback_nodes={r["key"]: r["count"] for r in rows if r["kind"] == "fallback_node"},
+            eager_nodes=dict(sorted(eager.items())),
+            joined=self._joined(),
+            per_graph_hash=per_hash,
+            fallback_ops=dict(sorted(fallback_ops.items())),
+            compiles=c.get("UncachedCompile", 0),
+            cached_compiles=c.get("CachedCompile", 0),
+            executions=executions,
+            transfers_to_host=tm("TransferFromDeviceTime").count,
+            syncs=counts["sync"],
+            forced_executions=forced,
+            forced_by=dict(sorted(forced_by.items())),
+            dynamo_input_syncs=c.get("DynamoSyncInputExecuteTime", 0),
+            compile_ms=tm("CompileTime").total / 1e6,
+            execute_ms=tm("ExecuteTime").total / 1e6,
+            transfer_ms=tm("TransferFromDeviceTime").total / 1e6,
+            wall_ms=(t_end - self._t0) / 1e6,
+            replicas=replicas,
+            native_hooks={k: native_end[k] - self._native_start.get(k, 0)
+                          for k in native_end if native_end[k] - self._native_start.get(k, 0)},
+            notes=notes,
+        )
+        report.timeline, dropped = _trace.collect(self, t_end)
+        if dropped:
+            report.notes.append(f"the timeline holds the last {self._ledger.ring_capacity} per-step events; "
+                                f"{dropped} earlier ones are counted but not drawn (account(ring_capacity=...))")
+        return report
+
+    def _per_hash(self, rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        per_hash: dict[str, dict[str, Any]] = {}
+
+        def entry(h: str) -> dict[str, Any]:
+            return per_hash.setdefault(h, {"compiles": 0, "compile_ms": 0.0, "executions": 0, "dispatch_ms": 0.0,
+                                           "by_replica": {}})
+
+        for h, times in self._hash_compiles.items():
+            e = entry(h)
+            e["compiles"] += len(times)
+            e["compile_ms"] += sum(times)
+        replicas: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            rep = str(r["replica"]) if r["replica"] >= 0 else None
+            if r["kind"] == "execute" and r["stage"] == "bridge":
+                e = entry(r["key"])
+                e["executions"] += r["count"]
+                e["dispatch_ms"] += r["total_ns"] / 1e6
+                if rep is not None:
+                    e["by_replica"][rep] = e["by_replica"].get(rep, 0) + r["count"]
+                    replicas.setdefault(rep, {"syncs": 0, "executions": 0})["executions"] += r["count"]
+            elif r["kind"] == "sync" and rep is not None:
+                replicas.setdefault(rep, {"syncs": 0, "executions": 0})["syncs"] += r["count"]
+        for b in self._bridges.values():
+            for p in b["partitions"]:
+                entry(p["hash"]).setdefault("partition_of", b["aot_name"])
+        return per_hash, dict(sorted(replicas.items(), key=lambda kv: int(kv[0])))
+
+    def _joined(self) -> list[dict[str, Any]]:
+        """compile id -> Dynamo graphs -> AOT graphs -> bridge graphs -> partitions."""
+        bridges_of: dict[str, list[dict[str, Any]]] = {}
+        loose_bridges = []
+        for b in self._bridges.values():
+            entry = {k: b[k] for k in ("bridge", "nodes", "partitions", "fallback_nodes", "eager_nodes", "error")}
+            entry["ms"] = b.get("ms")
+            if b["aot_name"] in self._aot:
+                bridges_of.setdefault(b["aot_name"], []).append(entry)
+            else:
+                loose_bridges.append(dict(entry, aot_name=b["aot_name"], compile_id=b["compile_id"]))
+        aot_of: dict[Any, list[dict[str, Any]]] = {}
+        for a in self._aot.values():
+            aot_of.setdefault(a["graph"], []).append(dict(a, bridge=bridges_of.get(a["name"], [])))
+        graphs_of: dict[str, list[dict[str, Any]]] = {}
+        for g in self._graphs.values():
+            graphs_of.setdefault(g["compile_id"], []).append(dict(g, aot=aot_of.pop(g["graph"], [])))
+        out = []
+        for cid, c in self._compiles.items():
+            out.append({"compile_id": cid, "name": c["name"], "frame": c["frame"], "ms": c.get("ms"),
+                        "error": c["error"], "recompile_reason": c["recompile_reason"], "breaks": list(c["breaks"]),
+                        "graphs": graphs_of.pop(cid, [])})
+        # Graphs whose frame compile began before the region, AOT graphs of Dynamo graphs compiled
+        # before it (a backward compiled lazily), bridge graphs of AOT graphs compiled before it.
+        rest = [g for gs in graphs_of.values() for g in gs]
+        rest_aot = [a for gs in aot_of.values() for a in gs]
+        if rest or rest_aot or loose_bridges:
+            graphs = rest + ([{"graph": "-", "compile_id": "-", "nodes": 0, "ops": 0, "ended_by": None,
+                               "aot": rest_aot}] if rest_aot else [])
+            if loose_bridges:
+                graphs.append({"graph": "-", "compile_id": "-", "nodes": 0, "ops": 0, "ended_by": None,
+                               "aot": [{"name": b["aot_name"] or "(compiled before this region)", "kind": "-",
+                                        "nodes": b["nodes"], "compile_id": b["compile_id"], "graph": None,
+                                        "bridge": [b]} for b in loose_bridges]})
+            out.append({"compile_id": "-", "name": "(compiled before this region)", "frame": "-", "ms": None,
+                        "error": None, "recompile_reason": None, "breaks": [], "graphs": graphs})
+        return out
+
+
+def account(ring_capacity: int = 4096) -> GraphBreakLedger:
+    """A context manager that accounts graph breaks, AOT graphs, partitions, compiles,
+    executions and transfers in its region; returns the ledger (``ledger.report()`` after or
+    during). Call ``ledger.step()`` after each step for per-step figures.
+
+    Accounting wraps torch_xla/Dynamo entry points and calls through unchanged: results do not
+    change. At region entry and exit it waits for pending device work, so executions launched
+    before the region are not counted in it and execution times are complete.
+
+    Example:
+        >>> with graph_breaks.account() as ledger:
+        ...     y = torch.compile(model, backend="openxla")(x); torch_xla.sync()
+        >>> ledger.report().fx_graphs
+        1
+    """
+    return GraphBreakLedger(ring_capacity=ring_capacity)
+
+
+def native_ledger() -> Any:
+    """The process-wide C++ ledger that ``cc/graph_breaks/hooks.h`` writes to."""
+    return _core.global_ledger()
