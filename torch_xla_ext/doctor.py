@@ -334,7 +334,7 @@ def _graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, st
     from torch_xla_ext import graph_breaks
 
     cmp = graph_breaks.compare(model_spec, modes=("lazy", "dynamo"), warmup=2, steps=steps, progress=progress)
-    cmp.plot(os.path.join(out_dir, "graph_breaks.png"))
+    plotted = cmp.plot(os.path.join(out_dir, "graph_breaks.png"))
     cmp.write_html(os.path.join(out_dir, "graph_breaks.html"))
     graph_breaks.write_trace(os.path.join(out_dir, "graph_breaks.trace.json"),
                              [cmp.modes[m].report for m in cmp.modes], labels=list(cmp.modes))
@@ -342,7 +342,7 @@ def _graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, st
     summary = (f"dynamo: {dyn.report.fx_graphs} graphs, {dyn.report.num_fx_breaks} breaks, "
                f"{dyn.report.xla_partitions} XLA partitions; {lazy.median_ms:.1f} ms/step lazy vs "
                f"{dyn.median_ms:.1f} dynamo")
-    md = (cmp.to_markdown() + "\n\n![graph breaks, lazy vs dynamo](graph_breaks.png)\n\n"
+    md = (cmp.to_markdown() + ("\n\n![graph breaks, lazy vs dynamo](graph_breaks.png)" if plotted else "") + "\n\n"
           "Full report (structured breaks, per compile id view, timeline): [graph_breaks.html](graph_breaks.html); "
           "Perfetto/Chrome trace: `graph_breaks.trace.json`")
     return summary, md, cmp.to_dict(timeline=False)

@@ -34,7 +34,6 @@ class Row:
 # convert them: `class XError(InvalidArgumentError)`), so `.code` is "UNKNOWN".
 _EXPORT = "export: BundleError/BundleFileNotFoundError/CollectiveArgumentError subclass TorchXlaExtError + a builtin"
 _PARITY = "parity: ParityError/HloEmulationError subclass TorchXlaExtError + ValueError, not InvalidArgumentError"
-_GRAPH = "graph_breaks: GraphBreakError subclasses TorchXlaExtError + ValueError, not InvalidArgumentError"
 
 
 def _lazy(module: str):
@@ -133,11 +132,15 @@ ROWS = [
     Row("parity.emulate_hlo", lambda: parity().emulate_hlo("not hlo", ()), InvalidArgumentError, ValueError, "hlo_text", pending=_PARITY),
     # ---- graph_breaks ----
     Row("graph_breaks.account", lambda: graph_breaks().account(ring_capacity=0), InvalidArgumentError, ValueError,
-        "ring_capacity", pending=_GRAPH),
-    Row("graph_breaks.compare modes", lambda: graph_breaks().compare("a:b", "c:d", modes=("eager",)),
-        InvalidArgumentError, ValueError, "modes", pending=_GRAPH),
-    Row("graph_breaks.compare steps", lambda: graph_breaks().compare("a:b", "c:d", steps=0), InvalidArgumentError,
-        ValueError, "steps", pending=_GRAPH),
+        "ring_capacity"),
+    Row("graph_breaks.compare modes", lambda: graph_breaks().compare("a:b", modes=("eager",)),
+        InvalidArgumentError, ValueError, "modes"),
+    Row("graph_breaks.compare steps", lambda: graph_breaks().compare("a:b", steps=0), InvalidArgumentError,
+        ValueError, "steps"),
+    Row("graph_breaks.compare model", lambda: graph_breaks().compare("no_colon"), InvalidArgumentError,
+        ValueError, "model: expected module:factory, got 'no_colon'"),
+    Row("graph_breaks.merge_reports", lambda: graph_breaks().merge(["/nonexistent/rank0.json"]),
+        NotFoundError, FileNotFoundError, "/nonexistent/rank0.json"),
 ]
 
 
@@ -175,8 +178,8 @@ CLI_ROWS = [
     CliRow("inspect missing dir", ["inspect", "{tmp}/no_bundle"], "no_bundle"),
     CliRow("parity model", ["parity", "--model", "no_colon"], "no_colon"),
     CliRow("graph-breaks modes", ["graph-breaks", "--modes", "eager"], "modes"),
-    CliRow("graph-breaks model", ["graph-breaks", "--model", "no_colon"], "no_colon",
-           pending="cli/graph_breaks.py raises a builtin ValueError for --model (graph_breaks converts)"),
+    CliRow("graph-breaks model", ["graph-breaks", "--model", "no_colon"], "no_colon"),
+    CliRow("graph-breaks merge missing", ["graph-breaks", "merge", "{tmp}/none.json"], "{tmp}/none.json"),
 ]
 
 

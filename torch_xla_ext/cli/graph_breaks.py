@@ -31,8 +31,8 @@ def _run(args: argparse.Namespace) -> int:
         graph_breaks.write_trace(args.trace, [cmp.modes[m].report for m in cmp.modes], labels=list(cmp.modes))
         progress(f"wrote {args.trace}")
     if args.plot:
-        cmp.plot(args.plot)
-        progress(f"wrote {args.plot}")
+        progress(f"wrote {args.plot}" if cmp.plot(args.plot) else f"{args.plot} not written: matplotlib is "
+                 "not installed (pip install 'torch-xla-ext[plot]')")
     print(cmp.to_markdown())
     return 0
 

@@ -96,8 +96,9 @@ class Comparison:
             out += ["", self.modes[n].report.to_markdown(title=f"{n}: whole run")]
         return "\n".join(out)
 
-    def plot(self, path: str) -> str:
-        """A PNG with breaks, partitions, compiles and ms/step side by side, per mode."""
+    def plot(self, path: str) -> str | None:
+        """A PNG with breaks, partitions, compiles and ms/step side by side, per mode; None (and
+        nothing written) without matplotlib."""
         from torch_xla_ext.graph_breaks import plot
 
         return plot.plot_comparison(self, path)

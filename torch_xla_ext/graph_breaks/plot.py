@@ -11,12 +11,16 @@ from typing import Any
 __all__ = ["plot_comparison"]
 
 
-def plot_comparison(cmp: Any, path: str) -> str:
-    """Writes the PNG for a :class:`~torch_xla_ext.graph_breaks.compare.Comparison`; returns ``path``."""
-    import matplotlib
+def plot_comparison(cmp: Any, path: str) -> str | None:
+    """Writes the PNG for a :class:`~torch_xla_ext.graph_breaks.compare.Comparison`; returns ``path``,
+    or None when matplotlib is not installed (the skip is recorded by ``torch_xla_ext._plot``)."""
+    import os
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from torch_xla_ext import _plot
+
+    plt, _why = _plot.pyplot(os.path.basename(path))
+    if plt is None:
+        return None
     from matplotlib.ticker import MaxNLocator
 
     names = list(cmp.modes)
