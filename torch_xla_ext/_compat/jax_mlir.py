@@ -26,15 +26,17 @@ def module_to_bytecode(module: Any) -> bytes:
     return jmlir.module_to_bytecode(module)
 
 
-def compile_on_cpu(module: Any) -> Any:
+def compile_on_cpu(module: Any, *, optimize: bool = True) -> Any:
     """``module`` compiled by XLA through JAX's CPU client, for one device (no replicas or
-    partitions). Raises ``jax.errors.JaxRuntimeError`` when XLA cannot compile it."""
+    partitions); ``optimize=False`` compiles with LLVM's optimization level 0 (several times
+    faster). Raises ``jax.errors.JaxRuntimeError`` when XLA cannot compile it."""
     import jax
     from jax.extend import backend
 
     client = backend.get_backend("cpu")
+    overrides = None if optimize else {"xla_backend_optimization_level": 0}
     return client.compile_and_load(module_to_bytecode(module), [jax.devices("cpu")[0]],
-                                   backend.get_compile_options(1, 1))
+                                   backend.get_compile_options(1, 1, env_options_overrides=overrides))
 
 
 def execute_on_cpu(executable: Any, args: Any) -> list:

@@ -173,9 +173,9 @@ def _custom_call_target(op: Any) -> str:
     return ir.StringAttr(attr).value if attr is not None else ""
 
 
-def _with_intermediates(module: Any) -> list[tuple[str, Any]]:
+def _with_intermediates(module: Any) -> list[tuple[str, int]]:
     """Adds every float value computed at main's top level to its results (for per-op errors);
-    returns (op location name, op) per added result, in order."""
+    returns (op location name, index among main's top-level ops) per added result, in order."""
     from jax.extend.mlir import ir
 
     from torch_xla_ext.parity.stablehlo import _location_name
@@ -192,7 +192,7 @@ def _with_intermediates(module: Any) -> list[tuple[str, Any]]:
         if ir.RankedTensorType.isinstance(r.type) and str(ir.RankedTensorType(r.type).element_type) in (
                 "bf16", "f16", "f32", "f64"):
             added.append(r)
-            names.append((_location_name(op.location) or f"%{k}", op))
+            names.append((_location_name(op.location) or f"%{k}", k))
     with ir.InsertionPoint(ret):
         ir.Operation.create("func.return", operands=list(ret.operands) + added)
     ret.erase()
@@ -209,7 +209,8 @@ class Replay:
 
     ``rounded=True``: XLA:CPU's compute types with its roundings; ``rounded=False``: exact fp64.
     With ``intermediates``, main also returns every float value it computes at its top level
-    (after the program's own results), named in ``intermediate_names``. ``seconds`` holds the
+    (after the program's own results), listed in ``intermediates`` as (HLO instruction name,
+    index among main's top-level ops). ``seconds`` holds the
     rewrite and compile times. Calling it with main's arguments (numpy arrays in their original
     dtypes; bfloat16 as ml_dtypes.bfloat16) returns main's results as numpy arrays.
     """
@@ -228,8 +229,8 @@ class Replay:
         t0 = time.perf_counter()
         ctx, module = parse(program.text, "the program")
         with ctx, ir.Location.unknown():
-            self.intermediate_names = _with_intermediates(module) if intermediates else []
-            self.intermediate_names = [name for name, _ in self.intermediate_names]
+            # (HLO name, index among main's top-level ops) of each extra result.
+            self.intermediates = _with_intermediates(module) if intermediates else []
             graphs = [build_graph(f, program.excess_precision) for f in functions(module)]
             main = next((g for g in graphs if g.name == "main"), None)
             if main is None:
@@ -250,7 +251,10 @@ class Replay:
             self.seconds["rewrite"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             try:
-                self.executable = jax_mlir.compile_on_cpu(module)
+                # The exact replay is fp64, where evaluation order is far below the tolerances:
+                # LLVM's level 0 compiles it several times faster. The rounded replay keeps XLA's
+                # default, whose f32 code (FMA contraction, vectorised reductions) it reproduces.
+                self.executable = jax_mlir.compile_on_cpu(module, optimize=rounded)
             except jax.errors.JaxRuntimeError as e:
                 raise ReplayError(f"XLA cannot compile the {self.mode} replay: {_first_line(e)}") from None
             self.seconds["compile"] = time.perf_counter() - t1
