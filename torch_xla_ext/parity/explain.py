@@ -75,7 +75,7 @@ def _name(o: OutputParity) -> str:
     return o.path or "<root>"
 
 
-def _names(outputs: Sequence[OutputParity], limit: int = 4) -> str:
+def _names(outputs: Sequence[OutputParity], limit: int = 12) -> str:
     names = [_name(o) for o in outputs]
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 

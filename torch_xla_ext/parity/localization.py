@@ -145,10 +145,13 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
             }
 
         torch.manual_seed(seed)
-        golden_calls, golden_out = record_calls(golden_model, runners.move(runners.move(inputs, "cpu", tdtype), "cpu",
-                                                                           torch.float64),
-                                                runners.move(runners.move(kwargs, "cpu", tdtype), "cpu", torch.float64),
-                                                stage="fp64 golden", on_call=on_call)
+        with runners.default_dtype(torch.float64):
+            golden_calls, golden_out = record_calls(golden_model,
+                                                    runners.move(runners.move(inputs, "cpu", tdtype), "cpu",
+                                                                 torch.float64),
+                                                    runners.move(runners.move(kwargs, "cpu", tdtype), "cpu",
+                                                                 torch.float64),
+                                                    stage="fp64 golden", on_call=on_call)
     modules = []
     for order, c in enumerate(golden_calls):
         e = found[(c.path, c.call)]

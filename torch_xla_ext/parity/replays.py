@@ -236,7 +236,7 @@ class Replay:
             if main is None:
                 raise ReplayError("the module has no function 'main'")
             self.arg_types = [(shape, et) for shape, et in main.value_types[:main.num_args]]
-            self.num_results = len(main.returned)
+            self.num_results = len(main.returned) - len(self.intermediates)  # the program's own results
             rewriter = _Rewriter(rounded)
             for g in graphs:
                 rewriter.function(g)

@@ -141,16 +141,20 @@ def float_leaves(out: Any, what: str) -> list[tuple[str, Any]]:
 
 @contextlib.contextmanager
 def user_rng_preserved():
-    """Runs are seeded; the caller's torch and XLA RNG states come back unchanged."""
-    import torch
-    import torch_xla.core.xla_model as xm
+    """Runs are seeded; the caller's torch and XLA RNG states come back unchanged. A process
+    that never imported torch_xla (comparing a capture on the CPU) is left without it."""
+    import sys
 
-    xla_state = xm.get_rng_state()
+    import torch
+
+    xm = sys.modules.get("torch_xla.core.xla_model")
+    xla_state = xm.get_rng_state() if xm is not None else None
     with torch.random.fork_rng(devices=[]):
         try:
             yield
         finally:
-            xm.set_rng_state(xla_state)
+            if xm is not None:
+                xm.set_rng_state(xla_state)
 
 
 def call(stage: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
@@ -166,6 +170,24 @@ def call(stage: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
         raise UserFailure(stage, e) from e
 
 
+@contextlib.contextmanager
+def default_dtype(dtype: Any):
+    """torch's default dtype set to ``dtype`` (when it is float64) for the duration: models
+    that make tensors from Python numbers (transformers' attention masks fill
+    ``torch.finfo(dtype).min`` into a default-dtype tensor) then run in fp64 as a whole."""
+    import torch
+
+    if dtype != torch.float64:
+        yield
+        return
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: Any = None,
             stage: str = "CPU eager") -> tuple[list[tuple[str, Any]], float]:
     """(float outputs by path, seconds). ``via``: round inputs and parameters to this dtype
@@ -179,7 +201,8 @@ def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: 
         fn = prepare(ref, "cpu", dtype)
         a, k = move(args, "cpu", dtype), move(kwargs, "cpu", dtype)
         t0 = time.perf_counter()
-        out = call(stage, fn, a, k)
+        with default_dtype(dtype):
+            out = call(stage, fn, a, k)
         seconds = time.perf_counter() - t0
     return [(p, t.detach().clone()) for p, t in float_leaves(out, "the reference")], seconds
 

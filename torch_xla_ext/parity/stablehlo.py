@@ -181,6 +181,7 @@ class Program:
     @classmethod
     def from_hlo_proto(cls, proto: bytes, **kwargs: Any) -> "Program":
         """From a serialized HloModuleProto (torch_xla's ``_get_xla_tensors_hlo_proto``)."""
+        import jax
         from jax.extend.mlir import hlo_to_stablehlo, ir
 
         from torch_xla_ext._compat import jax_mlir
@@ -189,8 +190,8 @@ class Program:
             raise ParityTypeError(f"proto: expected a serialized HloModuleProto (bytes), got {type(proto).__name__}")
         try:
             mlir = hlo_to_stablehlo(bytes(proto))
-        except Exception as e:  # noqa: BLE001 - XLA raises its own runtime error type
-            raise ParityError(f"proto: jaxlib's hlo_to_stablehlo cannot convert it ({_first_line(e)})") from None
+        except jax.errors.JaxRuntimeError as e:
+            raise ReplayError(f"proto: jaxlib's hlo_to_stablehlo cannot convert it ({_first_line(e)})") from None
         ctx = jax_mlir.make_context()
         with ctx:
             try:
