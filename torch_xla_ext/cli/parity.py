@@ -40,6 +40,8 @@ def _run(args: argparse.Namespace) -> int:
         report = parity.scan_layers(layers, x, dtype=args.dtype, reference_layers=reference, **tol)
         return _finish(report, args, check=False)
 
+    if args.plot and not (args.localize or args.compare_capture):
+        raise FactorySpecError("--plot: needs a per-module localisation (--localize or --compare-capture)")
     progress(f"building {args.model}")
     made = load_model(args.model)
     reference = load_model(args.reference, "--reference").model if args.reference else None
