@@ -77,8 +77,9 @@ def _module_path_depth(path: str) -> int:
 def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA capture",
                  on_call: Callable[..., None] | None = None) -> tuple[list[ModuleCall], Any]:
     """Runs ``model(*args, **kwargs)`` with hooks on every submodule; returns its calls (inputs
-    and outputs cloned when the call returns) and the output. ``on_call(module, path, call,
-    args, kwargs, output)`` runs inside each hook with recording switched off (for shadow runs).
+    cloned before the call runs, outputs when it returns) and the output. ``on_call(module, path,
+    call, args, kwargs, output, inputs)`` runs when a call returns, with recording switched off
+    (for shadow runs); ``inputs`` are the tensors it received, by path.
     What the model raises becomes a ``runners.UserFailure`` at ``stage``."""
     import torch
 
@@ -89,30 +90,42 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
     calls: list[ModuleCall] = []
     counts: dict[str, int] = {}
     state = {"recording": True}
+    pending: dict[str, list[dict[str, Any]]] = {}  # inputs taken before each running call, per path
     handles = []
 
-    def hook_for(path: str):
+    def clone_leaves(tree: Any, path: str) -> dict[str, Any]:
+        try:
+            return {p: t.detach().clone() for p, t in runners.tensor_leaves(tree)}
+        except Exception as e:  # our hook, not the user's model
+            raise InternalError(f"parity's capture hook on {path or '<root>'} failed: {type(e).__name__}: {e}") from e
+
+    def hooks_for(path: str):
+        # Inputs are taken before the call runs: an in-place module (torchvision's
+        # Hardswish(inplace=True)) overwrites them with its output.
+        def pre_hook(module: Any, a: tuple, k: dict) -> None:
+            if state["recording"]:
+                pending.setdefault(path, []).append(clone_leaves((a, k), path))
+
         def hook(module: Any, a: tuple, k: dict, out: Any) -> None:
             if not state["recording"]:
                 return
-            try:
-                inputs = {p: t.detach().clone() for p, t in runners.tensor_leaves((a, k))}
-                outputs = {p: t.detach().clone() for p, t in runners.tensor_leaves(out)}
-            except Exception as e:  # our hook, not the user's model
-                raise InternalError(f"parity's capture hook on {path or '<root>'} failed: {type(e).__name__}: {e}") from e
+            inputs = pending[path].pop()
+            outputs = clone_leaves(out, path)
             n = counts.get(path, 0)
             counts[path] = n + 1
             calls.append(ModuleCall(path, n, _module_path_depth(path), inputs, outputs))
             if on_call is not None:
                 state["recording"] = False
                 try:
-                    on_call(module, path, n, a, k, out)
+                    on_call(module, path, n, a, k, out, inputs)
                 finally:
                     state["recording"] = True
-        return hook
+        return pre_hook, hook
 
     for path, module in model.named_modules():
-        handles.append(module.register_forward_hook(hook_for(path), with_kwargs=True))
+        pre_hook, hook = hooks_for(path)
+        handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        handles.append(module.register_forward_hook(hook, with_kwargs=True))
     try:
         with torch.no_grad():
             out = runners.call(stage, model, args, kwargs)

@@ -43,8 +43,10 @@ __all__ = ["DIVERGENCE_FACTOR", "FLOOR_ULPS", "attach", "compare", "localize", "
 
 # A module's own error beyond this many times CPU eager's rounding error for the same inputs...
 DIVERGENCE_FACTOR = 8.0
-# ...and beyond this many units of roundoff (torch.finfo(dtype).eps) of its output's scale.
-FLOOR_ULPS = 2.0
+# ...and beyond this many units of roundoff (torch.finfo(dtype).eps) of its output's scale: XLA
+# rounds inside a module where CPU eager may not (each step of a bf16 reduction, each op of an
+# activation CPU fuses), which costs a few units of roundoff; that is rounding placement.
+FLOOR_ULPS = 8.0
 
 
 def _substitute(tree: Any, path: str, mapping: dict[str, Any], convert: Any) -> Any:
@@ -122,7 +124,7 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
         to64 = lambda t: t.detach().to(torch.float64).clone() if t.is_floating_point() else t.clone()  # noqa: E731
         as_run = lambda t: t.detach().clone()  # noqa: E731
 
-        def on_call(module: Any, path: str, n: int, a: tuple, k: dict, out: Any) -> None:
+        def on_call(module: Any, path: str, n: int, a: tuple, k: dict, out: Any, golden_in: dict) -> None:
             xla = xla_calls.get((path, n))
             if xla is None:
                 raise CaptureError(f"the capture has no call {n} of module {path or '<root>'}: the XLA run and the "
@@ -135,7 +137,6 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
             cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", cpu_modules[path], ca, ck)
             shadow_leaves = dict(runners.tensor_leaves(shadow))
             golden_out = dict(runners.tensor_leaves(out))
-            golden_in = dict(runners.tensor_leaves((a, k)))
             found[(path, n)] = {
                 "own": _max_error(xla.outputs, shadow_leaves, limit),
                 "rounding": _max_error(dict(runners.tensor_leaves(cpu_shadow)), shadow_leaves, limit),
