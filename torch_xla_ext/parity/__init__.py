@@ -28,7 +28,7 @@ Example:
     ('matches', 'same', {'': 'rounding placement'})
 """
 
-from torch_xla_ext.parity.api import assert_parity, scan_layers, scan_patched_linear_example, verify
+from torch_xla_ext.parity.api import assert_parity, verify
 from torch_xla_ext.parity.capturing import Capture, capture, compare_capture, load_capture
 from torch_xla_ext.parity.errors import (
     CaptureError,
@@ -41,6 +41,7 @@ from torch_xla_ext.parity.errors import (
 from torch_xla_ext.parity.explorer import write_model_explorer
 from torch_xla_ext.parity.localization import localize, plot_modules
 from torch_xla_ext.parity.replays import Replay, replay
+from torch_xla_ext.parity.scan import scan_layers, scan_patched_linear_example
 from torch_xla_ext.parity.report import CAUSES, LayerParity, ModuleParity, OutputParity, ParityReport, Verdict
 from torch_xla_ext.parity.stablehlo import Program, RoundingPoint
 

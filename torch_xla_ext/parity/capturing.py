@@ -83,7 +83,7 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
     What the model raises becomes a ``runners.UserFailure`` at ``stage``."""
     import torch
 
-    from torch_xla_ext.errors import InternalError, TorchXlaExtError
+    from torch_xla_ext.errors import InternalError
 
     if not isinstance(model, torch.nn.Module):
         raise ParityTypeError(f"model: per-module localisation needs an nn.Module, got {type(model).__name__}")

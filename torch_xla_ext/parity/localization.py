@@ -32,10 +32,9 @@ import math
 import time
 from typing import Any
 
-from torch_xla_ext import numerics
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import runners
-from torch_xla_ext.parity.capturing import Capture, ModuleCall, capture, record_calls
+from torch_xla_ext.parity.capturing import Capture, capture, record_calls
 from torch_xla_ext.parity.errors import CaptureError, ParityError, ParityTypeError
 from torch_xla_ext.parity.report import ModuleParity, ParityReport, Verdict
 

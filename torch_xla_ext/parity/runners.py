@@ -247,7 +247,7 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     try:
         torch_xla.sync()
         outputs = [(p, t.cpu()) for p, t in leaves]
-    except Exception as e:  # executing the user's program failed
+    except RuntimeError as e:  # torch_xla failed to execute the user's program
         raise UserFailure("XLA", e) from e
     return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0)
 
