@@ -90,4 +90,7 @@ TXE_PYBIND_SUBMODULE(parity, m) {
         return "computes";
       },
       py::arg("name"), "What an op does to its values: moves_data, exact, opaque or computes.");
+
+  m.def("is_narrow_float", [](const std::string& element_type) { return txe::parity::IsNarrowFloat(element_type); },
+        py::arg("element_type"), "Whether XLA:CPU computes this element type in f32 and rounds back (bf16, f16).");
 }

@@ -161,7 +161,7 @@ def explain(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, p
     by_cause: dict[str, list[OutputParity]] = {}
     for o in differing:
         by_cause.setdefault(o.cause, []).append(o)
-    narrow = [p for p in points]
+    narrow = list(points)
     if ROUNDING_PLACEMENT in by_cause:
         os_ = by_cause[ROUNDING_PLACEMENT]
         n = sum(o.emulated.total for o in os_)

@@ -35,7 +35,12 @@ _GRADIENT = [{"stop": 0, "bgColor": "#ffffff"}, {"stop": 0.5, "bgColor": "#fdd0a
 
 
 def node_ids(text: str) -> dict[str, list[str]]:
-    """Per function, the Model Explorer node id of each top-level op (in order)."""
+    """Per function, the Model Explorer node id of each top-level op (in order).
+
+    Example:
+        >>> node_ids(open("explorer/program.mlir").read())["main"][:3]  # doctest: +SKIP
+        ['0', '1', '2']
+    """
     from jax.extend.mlir import ir
 
     ctx, module = parse(text, "the program")

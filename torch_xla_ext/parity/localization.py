@@ -231,7 +231,11 @@ def localize(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: A
 
 def plot_modules(report: ParityReport, path: str) -> str:
     """A PNG of each module's errors by module depth (left: own error vs the rounding level per
-    module call in completion order; right: own/rounding ratio by depth). Returns ``path``."""
+    module call in completion order; right: own/rounding ratio by depth). Returns ``path``.
+
+    Example:
+        >>> plot_modules(verify(model, (x,), dtype="bf16", localize=True), "modules.png")  # doctest: +SKIP
+    """
     import matplotlib
 
     matplotlib.use("Agg")

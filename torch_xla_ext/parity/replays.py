@@ -33,7 +33,7 @@ from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, _first_line, 
 
 __all__ = ["NARROW_FORMATS", "Replay", "replay"]
 
-# (exponent bits, mantissa bits) of the narrow floats XLA:CPU computes in f32.
+# (exponent bits, mantissa bits) of each narrow float (cc/parity's IsNarrowFloat says which are).
 NARROW_FORMATS = {"bf16": (8, 7), "f16": (5, 10)}
 # torch_xla's SPMD annotation: the value is unchanged (one device here).
 _IDENTITY_CUSTOM_CALLS = frozenset({"Sharding"})
@@ -70,7 +70,7 @@ class _Rewriter:
         rt = ir.RankedTensorType(t)
         et = str(rt.element_type)
         if self.rounded:
-            new = ir.F32Type.get() if et in NARROW_FORMATS else None
+            new = ir.F32Type.get() if _core.is_narrow_float(et) else None
         else:
             new = ir.F64Type.get() if et in ("bf16", "f16", "f32") else None
         return None if new is None else ir.RankedTensorType.get(rt.shape, new)
@@ -205,7 +205,7 @@ def _with_intermediates(module: Any) -> list[tuple[str, int]]:
 
 
 class Replay:
-    """One compiled replay of a :class:`Program`.
+    """One compiled replay of a :class:`Program`, callable many times.
 
     ``rounded=True``: XLA:CPU's compute types with its roundings; ``rounded=False``: exact fp64.
     With ``intermediates``, main also returns every float value it computes at its top level
@@ -213,6 +213,10 @@ class Replay:
     index among main's top-level ops). ``seconds`` holds the
     rewrite and compile times. Calling it with main's arguments (numpy arrays in their original
     dtypes; bfloat16 as ml_dtypes.bfloat16) returns main's results as numpy arrays.
+
+    Example:
+        >>> rounded = Replay(Program(text), rounded=True)   # doctest: +SKIP
+        >>> out = rounded([x, y])                            # doctest: +SKIP
     """
 
     def __init__(self, program: Program, *, rounded: bool, intermediates: bool = False):
