@@ -225,20 +225,35 @@ def _json_safe(obj: Any) -> Any:
 def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     from torch_xla_ext import parity
 
-    extra = {"kwargs": kwargs} if kwargs else {}
-    reports = {dt: parity.verify(model_fn(), inputs, dtype=dt, **extra) for dt in ("fp32", "bf16")}
+    reports = {}
+    for dt in ("fp32", "bf16"):
+        model = model_fn()
+        # bf16 also localises: which module's own error is beyond rounding, if any.
+        localize = dt == "bf16" and isinstance(model, torch.nn.Module)
+        reports[dt] = parity.verify(model, inputs, kwargs, dtype=dt, localize=localize)
     md, data = [], {}
     for dt, r in reports.items():
         md += [f"### {dt}: {r.verdict.value}", "", "```", str(r), "```", ""]
         data[dt] = r.to_dict()
     _plot_ulps(reports, os.path.join(out_dir, "numerics_ulp.png"))
     md.append("![ULP distances of XLA vs CPU eager](numerics_ulp.png)")
-    summary = ", ".join(f"{dt} {r.verdict.value}" for dt, r in reports.items())
     bf = reports["bf16"]
+    if bf.modules:
+        parity.plot_modules(bf, os.path.join(out_dir, "parity_modules.png"))
+        md += ["", "![bf16 per-module errors by depth](parity_modules.png)"]
+
+    def words(r) -> str:
+        causes = sorted({o.cause for o in r.outputs if o.cause})
+        return r.verdict.value + (f" ({', '.join(causes)})" if causes else "")
+
+    summary = ", ".join(f"{dt} {words(r)}" for dt, r in reports.items())
     if bf.outputs:
-        o = bf.outputs[0]
-        summary += (f"; bf16 XLA vs CPU {o.xla_vs_cpu.mismatched}/{o.xla_vs_cpu.total} mismatched, "
-                    f"emulation {bf.emulation.split(':')[0]}")
+        summary += f"; bf16 replay {bf.emulation.split(':')[0]}"
+    if bf.modules:
+        summary += f"; first divergent module: {bf.first_divergent_module or 'none'}"
+    failed = [dt for dt, r in reports.items() if r.verdict == parity.Verdict.EXCEPTION]
+    if failed:  # the model did not run: an error row, with the exception in the report
+        raise SectionFailed(summary, "\n".join(md), data)
     return summary, "\n".join(md), data
 
 
@@ -252,14 +267,17 @@ def _plot_ulps(reports, path: str) -> None:
     for ax, (dt, r) in zip(axes, reports.items()):
         if not r.outputs:
             ax.set_title(f"{dt}: {r.verdict.value} (no outputs)")
+            ax.axis("off")
             continue
-        hist = r.outputs[0].xla_vs_cpu.ulp_histogram
+        # The output with the most mismatches (the first when none mismatch).
+        o = max(r.outputs, key=lambda o: o.xla_vs_cpu.mismatched)
+        hist = o.xla_vs_cpu.ulp_histogram
         labels = [k for k, v in hist.items() if v] or ["0"]
         ax.bar(labels, [hist.get(k, 0) for k in labels], color="#4c72b0")
         ax.set_yscale("log")
         ax.tick_params(axis="x", labelrotation=40)
-        ax.set_title(f"{dt}: XLA vs CPU eager, {r.verdict.value}")
-        ax.set_xlabel(f"ULP distance (in {r.outputs[0].xla_vs_cpu.ulp_dtype})")
+        ax.set_title(f"{dt}: {o.path or 'output'} vs CPU eager, {r.verdict.value}", fontsize=9)
+        ax.set_xlabel(f"ULP distance (in {o.xla_vs_cpu.ulp_dtype})")
         ax.set_ylabel("elements")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -68,34 +68,7 @@ std::string ReduceName(const std::string& reduction_op) {
   return reduction_op;
 }
 
-Status ValidateGraph(const Graph& graph) {
-  const int64_t n = static_cast<int64_t>(graph.values.size());
-  if (graph.num_args < 0 || graph.num_args > n) {
-    return InvalidArgumentError("graph: num_args " + std::to_string(graph.num_args) +
-                                " is outside [0, " + std::to_string(n) + "]");
-  }
-  std::vector<bool> defined(n, false);
-  for (int64_t i = 0; i < graph.num_args; ++i) defined[i] = true;
-  for (size_t i = 0; i < graph.ops.size(); ++i) {
-    const Op& op = graph.ops[i];
-    const std::string where = "graph: op " + std::to_string(i) + " (" + op.name + ")";
-    for (int64_t v : op.operands) {
-      if (v < 0 || v >= n) return InvalidArgumentError(where + ": operand id " + std::to_string(v) + " out of range");
-      if (!defined[v]) return InvalidArgumentError(where + ": operand %" + std::to_string(v) + " used before its definition");
-    }
-    for (int64_t v : op.results) {
-      if (v < 0 || v >= n) return InvalidArgumentError(where + ": result id " + std::to_string(v) + " out of range");
-      if (defined[v]) return InvalidArgumentError(where + ": value %" + std::to_string(v) + " defined twice");
-      defined[v] = true;
-    }
-  }
-  for (int64_t v : graph.returned) {
-    if (v < 0 || v >= n || !defined[v]) {
-      return InvalidArgumentError("graph: return operand " + std::to_string(v) + " is not a defined value");
-    }
-  }
-  return OkStatus();
-}
+Status ValidateGraph(const Graph& graph) { return graph::Validate(graph); }
 
 StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>& declared) {
   TXE_RETURN_IF_ERROR(ValidateGraph(graph));

@@ -1,4 +1,6 @@
-"""`torch-xla-ext parity`: the embedded #8747 example, --model factories, and argument errors."""
+"""`torch-xla-ext parity`: the embedded #8747 example, --model factories (the one factory
+contract, keyword inputs), --scan-layers, --reference with --localize and --plot, a capture saved
+and compared, and argument errors naming the flag."""
 
 import json
 import os
@@ -17,34 +19,54 @@ def test_embedded_example_bf16_explains_rounding(capsys, tmp_path):
     out = capsys.readouterr()
     assert "pytorch/xla#8747" in out.err
     assert out.out.startswith("Parity verdict: FAIL (bfloat16)")
-    assert "rounding placement" in out.out and "7680/7680" in out.out
+    assert "Rounding placement explains" in out.out and "7680/7680" in out.out
     d = json.loads(out_json.read_text())
     assert d["emulation"] == "matches" and d["first_divergent_layer"] is None and len(d["layers"]) == 4
 
 
-def test_embedded_example_fp32_passes(capsys):
-    assert main(["parity", "--dtype", "fp32"]) == 0
-    assert capsys.readouterr().out.startswith("Parity verdict: PASS (float32)")
-
-
-def test_model_factory_verify(capsys):
-    assert main(["parity", "--model", "factories:linear", "--dtype", "fp32"]) == 0
-    assert "PASS" in capsys.readouterr().out
-
-
-def test_model_factory_layers_exit_1_and_name_the_layer(capsys):
-    assert main(["parity", "--model", "factories:offset_stack", "--dtype", "fp32"]) == 1
+def test_model_factory_with_keyword_inputs(capsys):
+    assert main(["parity", "--model", "factories:keyword", "--dtype", "fp32"]) == 0
     out = capsys.readouterr().out
-    assert "first layer to diverge from CPU eager is layer 0" in out
+    assert out.startswith("Parity verdict: PASS (float32)") and "output ['y']" in out
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("factories", "module:factory"),
-    ("no_such_module_xyz:f", "cannot import"),
-    ("factories:missing", "no callable 'missing'"),
-    ("factories:not_a_model", "must return"),
+def test_scan_layers_form_exits_1_and_names_the_layer(capsys):
+    assert main(["parity", "--model", "factories:offset_stack", "--scan-layers", "--dtype", "fp32"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: layer 0 of 3 is the first divergent layer" in out
+
+
+def test_reference_localize_and_plot(capsys, tmp_path):
+    plot = tmp_path / "modules.png"
+    code = main(["parity", "--model", "factories:mlp_perturbed", "--reference", "factories:mlp", "--localize",
+                 "--plot", str(plot), "--dtype", "fp32"])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "the first divergent module is 2" in out and "<- first divergent" in out
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_capture_then_compare(capsys, tmp_path):
+    path = tmp_path / "run.safetensors"
+    assert main(["parity", "--model", "factories:mlp_perturbed", "--capture", str(path)]) == 0
+    assert path.exists()
+    assert main(["parity", "--model", "factories:mlp_perturbed", "--reference", "factories:mlp",
+                 "--compare-capture", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "first divergent module is 2" in out and "a capture holds no program" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "factories"], "module:factory"),
+    (["--model", "no_such_module_xyz:f"], "cannot import"),
+    (["--model", "factories:missing"], "no callable 'missing'"),
+    (["--model", "factories:not_a_model"], "must return"),
+    (["--model", "factories:linear", "--scan-layers"], "nn.ModuleList"),
+    (["--scan-layers"], "needs --model"),
+    (["--model", "factories:linear", "--plot", "x.png"], "--plot: needs a per-module localisation"),
+    (["--model", "factories:linear", "--compare-capture", "/no/such/file"], "no such capture file"),
 ])
-def test_bad_model_is_an_error_naming_the_flag(spec, message, capsys):
-    assert main(["parity", "--model", spec]) == 2
+def test_bad_arguments_are_errors_naming_the_flag(argv, message, capsys):
+    assert main(["parity", *argv]) == 2
     err = capsys.readouterr().err
-    assert "--model" in err and message in err
+    assert message in err

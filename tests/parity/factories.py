@@ -1,4 +1,5 @@
-"""Model factories for the `torch-xla-ext parity --model module:factory` tests."""
+"""Model factories for the `torch-xla-ext parity --model module:factory` tests (the one contract:
+``(model, args)`` or ``(model, args, kwargs)``)."""
 
 import torch
 
@@ -18,9 +19,36 @@ def linear():
     return torch.nn.Linear(16, 16), (torch.randn(4, 16),)
 
 
-def offset_stack():
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x, *, scale):
+        return {"y": self.lin(x) * scale}
+
+
+def keyword():
     torch.manual_seed(0)
-    return {"layers": [_OffsetOnXla() for _ in range(3)], "x": torch.randn(2, 16)}
+    return _Scaled(), (torch.randn(4, 16),), {"scale": torch.tensor(0.5)}
+
+
+def offset_stack():
+    """For --scan-layers: the layers as an nn.ModuleList, args (x,)."""
+    torch.manual_seed(0)
+    return torch.nn.ModuleList([_OffsetOnXla() for _ in range(3)]), (torch.randn(2, 16),)
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)), (torch.randn(4, 16),)
+
+
+def mlp_perturbed():
+    model, args = mlp()
+    with torch.no_grad():
+        model[2].weight.mul_(1.5)
+    return model, args
 
 
 def not_a_model():

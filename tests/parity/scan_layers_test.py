@@ -1,6 +1,7 @@
 """scan_layers(): per-layer comparison of torch_xla's scan_layers with a Python loop on XLA and
-with CPU eager. A layer perturbed on purpose at index k is the first divergent layer; the
-#8747 stack in bf16 mismatches CPU in every layer, all of it rounding placement."""
+with CPU eager. A layer perturbed on purpose at index k is the first divergent layer; the #8747
+stack in bf16 mismatches CPU in every layer, all of it rounding placement; torch_xla's own scan
+test configuration gets a verdict its explanation agrees with."""
 
 import pytest
 import torch
@@ -27,43 +28,53 @@ def _stack(k, n=5, offset=0.5):
     return [Offset(offset if i == k else 0.0) for i in range(n)], torch.randn(4, 32)
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-@pytest.mark.parametrize("k", [0, 2, 4])
+@pytest.mark.parametrize("dtype, k", [("fp32", 0), ("fp32", 4), ("bf16", 2)])
 def test_perturbed_layer_is_the_first_divergent(k, dtype):
     layers, x = _stack(k)
     r = parity.scan_layers(layers, x, dtype=dtype)
     assert r.first_divergent_layer == k
     assert r.verdict == parity.Verdict.FAIL
     assert all(l.scan_vs_loop.passed for l in r.layers)  # both XLA paths carry the perturbation
-    assert r.layers[k].cause == "unexplained" and not r.layers[k].rounding_explained
-    assert f"layer {k}" in r.explanation
+    assert r.layers[k].cause == "real difference" and not r.layers[k].rounding_explained
+    assert r.explanation.startswith(f"FAIL: layer {k} of 5 is the first divergent layer")
     assert all(not l.diverges for l in r.layers[:k])
 
 
 def test_unperturbed_fp32_stack_agrees_everywhere():
     layers, x = _stack(k=None)
     r = parity.scan_layers(layers, x, dtype="fp32")
-    assert r.verdict == parity.Verdict.PASS
+    assert r.verdict == parity.Verdict.PASS and r.explanation.startswith("PASS:")
     assert r.first_divergent_layer is None and r.first_mismatched_layer is None
-    assert len(r.layers) == 5 and all(l.xla_vs_cpu.ulp_histogram["0"] == 128 for l in r.layers)
+    assert len(r.layers) == 5 and all(l.xla_vs_cpu.passed for l in r.layers)
 
 
 def test_issue_8747_bf16_every_layer_is_rounding_not_divergence():
     layers, reference, x = parity.scan_patched_linear_example("bf16")
     r = parity.scan_layers(layers, x, dtype="bf16", reference_layers=reference)
     assert r.emulation == "matches" and r.hlo_math == "same"
-    assert all(l.scan_vs_loop.passed for l in r.layers)  # scan == loop bit for bit in bf16
+    # scan == loop bit for bit in bf16
+    assert all(l.scan_vs_loop.ulp_histogram["0"] == l.scan_vs_loop.total for l in r.layers)
     assert r.first_mismatched_layer is not None  # CPU eager disagrees...
     assert all(l.cause == "rounding placement" for l in r.layers)  # ...only by rounding placement
     assert r.first_divergent_layer is None
+    assert r.verdict == parity.Verdict.FAIL  # the final output fails the comparator
+    assert r.explanation.startswith("FAIL: the stack's final output mismatches CPU eager")
     assert "no layer diverges beyond rounding" in r.explanation
 
 
-def test_issue_8747_fp32_per_layer_exact():
-    layers, reference, x = parity.scan_patched_linear_example("fp32")
-    r = parity.scan_layers(layers, x, dtype="fp32", reference_layers=reference)
-    assert r.passed and r.first_divergent_layer is None
-    assert all(l.xla_vs_cpu.ulp_histogram["0"] == 7680 and l.scan_vs_loop.passed for l in r.layers)
+def test_torch_xla_scan_test_configuration_verdict_agrees_with_its_explanation():
+    # test/scan/test_scan_layers.py::test_linear_layers: 10 x Linear(64, 64), a 1-D input, fp32.
+    torch.manual_seed(42)
+    layers = [torch.nn.Linear(64, 64) for _ in range(10)]
+    x = torch.randn(64)
+    r = parity.scan_layers(layers, x, dtype="fp32")
+    assert r.explanation.startswith(r.verdict.value + ":")
+    # Scan and loop are not bit-identical in fp32 here, but agree within tolerances, and XLA
+    # matches CPU eager: nothing diverges, so the verdict is PASS.
+    assert all(l.scan_vs_loop.passed for l in r.layers)
+    assert all(l.xla_vs_cpu.passed for l in r.layers)
+    assert r.verdict == parity.Verdict.PASS and r.first_divergent_layer is None
+    assert "every layer matches CPU eager" in r.explanation
 
 
 def test_arguments_are_checked():
@@ -71,6 +82,8 @@ def test_arguments_are_checked():
         parity.scan_layers([], torch.ones(2))
     with pytest.raises(parity.ParityError, match="reference_layers"):
         parity.scan_layers([torch.nn.Linear(2, 2)], torch.ones(2), reference_layers=[])
+    with pytest.raises(TypeError, match="x"):
+        parity.scan_layers([torch.nn.Linear(2, 2)], [1.0, 2.0])
 
 
 def test_fp32_long_dots_are_reassociation_not_divergence():
@@ -79,7 +92,7 @@ def test_fp32_long_dots_are_reassociation_not_divergence():
     r = parity.scan_layers(layers, torch.randn(16, 1024) * 100, dtype="fp32")
     assert r.first_mismatched_layer is not None  # fp32 CPU eager and XLA sum in different orders
     assert all(l.scan_vs_loop.passed for l in r.layers)
-    assert [l.cause for l in r.layers if not l.xla_vs_cpu.passed] == ["reassociation"] * sum(
-        not l.xla_vs_cpu.passed for l in r.layers)
+    mismatched = [l for l in r.layers if not l.xla_vs_cpu.passed]
+    assert mismatched and all(l.cause == "reassociation" for l in mismatched)
     assert r.first_divergent_layer is None
-    assert "reassociation" in r.explanation
+    assert "reassociation" in r.explanation.lower()

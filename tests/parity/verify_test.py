@@ -1,15 +1,20 @@
 """verify() on real torch_xla (PJRT CPU): the pytorch/xla#8747 configuration (scan over 4
-nn.Linear(128, 128) patched with apply_xla_patch_to_nn_linear, input (3, 4, 5, 128)) is exact
-in fp32 and, in bf16, explained as rounding placement; a nondeterministic reference, an
-exception and a genuinely different program each get their verdict."""
+nn.Linear(128, 128) patched with apply_xla_patch_to_nn_linear, input (3, 4, 5, 128)) is exact in
+fp32 and, in bf16, explained as rounding placement with the rounded replay bit-identical to XLA;
+a different program is a real difference; reassociation; a nondeterministic reference; the
+user's exception; bad input raising; pytree outputs and keyword inputs."""
 
-import copy
+import collections
+import dataclasses
+import json
+import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
 
-from torch_xla_ext import numerics, parity
+from torch_xla_ext import parity
 from torch_xla_ext._compat.scan import scan_layers
 
 
@@ -50,32 +55,30 @@ def test_fp32_is_bit_identical(issue_8747):
     (o,) = r.outputs
     assert o.xla_vs_cpu.total == 3 * 4 * 5 * 128
     assert o.xla_vs_cpu.ulp_histogram["0"] == o.xla_vs_cpu.total  # bit for bit, not just close
-    assert o.closer == "tie" and o.xla_error == o.cpu_error
+    assert o.cause is None and o.closer == "tie" and o.xla_error == o.cpu_error
     assert r.rounding_points == ()  # nothing is stored in a narrow float
-    assert r.hlo_math == "same"
-    assert "XLA matches CPU eager" in r.explanation
+    assert r.hlo_math == "same" and r.emulation == "matches"
+    assert r.explanation.startswith("PASS: XLA matches CPU eager")
 
 
-def test_bf16_mismatch_is_explained_as_rounding_placement(bf16_report):
+def test_bf16_mismatch_is_rounding_placement_with_the_replay_bit_identical(bf16_report):
     r = bf16_report
     (o,) = r.outputs
-    assert r.verdict == parity.Verdict.FAIL
-    assert o.xla_vs_cpu.mismatched > 0
-    # XLA equals the reference rebuilt from its own HLO with its roundings, on every element...
+    assert r.verdict == parity.Verdict.FAIL and o.xla_vs_cpu.mismatched > 0
+    # XLA equals its program replayed with XLA:CPU's roundings, on every element (the #8747 numbers)...
     assert r.emulation == "matches"
     assert o.emulated.mismatched == 0 and o.emulated.total == 7680
-    # ...and the HLO without roundings is the reference's math.
-    assert r.hlo_math == "same" and o.unrounded.passed
+    # ...and the program without roundings is the reference's math.
+    assert r.hlo_math == "same" and o.unrounded.passed and o.same_math
     doubles = [p for p in r.rounding_points if p.after]
-    assert {(p.after_opcode, p.opcode) for p in doubles} == {("dot", "add")}
-    assert all(p.element_type == "bf16" for p in doubles)
-    # The explanation says so and gives both errors against fp64.
-    assert "rounding placement" in r.explanation
-    assert "XLA matches the rounding-emulated reference" in r.explanation
-    assert "7680/7680" in r.explanation
+    assert ("dot_general", "add") in {(p.after_opcode, p.opcode) for p in doubles}
+    assert all(p.element_type == "bf16" for p in r.rounding_points)
+    assert o.cause == "rounding placement" and r.causes == {"": "rounding placement"}
+    assert r.explanation.startswith(f"FAIL: {o.xla_vs_cpu.mismatched}/7680 elements mismatch")
+    assert "Rounding placement explains output(s) <root>" in r.explanation
+    assert "bit for bit on 7680/7680 elements" in r.explanation
     assert f"XLA's greatest error is {o.xla_error:.3g}" in r.explanation
     assert f"CPU eager's is {o.cpu_error:.3g}" in r.explanation
-    assert f"{o.xla_vs_cpu.mismatched}/7680 elements mismatch" in r.explanation
 
 
 def test_bf16_errors_against_an_independent_golden_and_double_rounding(issue_8747, bf16_report):
@@ -90,6 +93,7 @@ def test_bf16_errors_against_an_independent_golden_and_double_rounding(issue_874
         # XLA's placement, written out by hand: round the dot to bf16, then round the add.
         h = ((h.float() @ w.float().T).bfloat16().float() + b.float()).bfloat16()
     assert o.xla_error == pytest.approx(float((h.double() - h64).abs().max()), rel=1e-9)
+    assert o.scale == pytest.approx(float(h64.abs().max()), rel=1e-12)
     assert o.xla_error > o.cpu_error and o.closer == "cpu"
     assert o.emulated_error == o.xla_error
 
@@ -97,22 +101,35 @@ def test_bf16_errors_against_an_independent_golden_and_double_rounding(issue_874
 def test_report_renders_and_serialises(bf16_report):
     text = str(bf16_report)
     assert text.startswith("Parity verdict: FAIL (bfloat16)")
-    assert "XLA vs rounding-emulated reference: 7680/7680 bit-identical" in text
-    import json
-
+    assert "XLA vs rounded replay: 7680/7680 bit-identical" in text
     d = json.loads(bf16_report.to_json())
     assert d["verdict"] == "FAIL" and d["emulation"] == "matches" and d["hlo_math"] == "same"
-    assert d["outputs"][0]["emulated"]["mismatched"] == 0
+    assert d["outputs"][0]["emulated"]["mismatched"] == 0 and d["outputs"][0]["cause"] == "rounding placement"
+    assert d["seconds"]["total"] > 0 and "compile rounded replay" in d["seconds"]
 
 
-def test_a_different_program_is_not_called_rounding():
+def test_a_different_program_is_a_real_difference():
     x = torch.randn(64)
     r = parity.verify(lambda t: t * 1.001, (x,), reference=lambda t: t, dtype="fp32")
     assert r.verdict == parity.Verdict.FAIL
-    assert r.emulation == "matches"  # XLA runs its HLO faithfully...
-    assert r.hlo_math == "differs"  # ...but the HLO is not the reference's math
-    assert "it is not rounding" in r.explanation
-    assert "rounding placement, not a lowering bug" not in r.explanation
+    assert r.emulation == "matches"  # XLA runs its program faithfully...
+    assert r.hlo_math == "differs"  # ...but the program is not the reference's math
+    assert r.outputs[0].cause == "real difference"
+    assert "the program XLA ran is not the reference's math" in r.explanation
+    assert "Rounding placement" not in r.explanation
+
+
+def test_fp32_long_reduction_is_reassociation_not_rounding():
+    # K = 4096 with large inputs: XLA:CPU and CPU eager sum the dot in different orders.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4096, 64)
+    r = parity.verify(lin, (torch.randn(64, 4096) * 100,), dtype="fp32")
+    (o,) = r.outputs
+    assert r.verdict == parity.Verdict.FAIL and o.xla_vs_cpu.mismatched > 0
+    assert r.rounding_points == ()  # nothing narrow: not rounding placement
+    assert r.hlo_math == "same" and o.cause == "reassociation"
+    assert "Reassociation explains output(s) <root>" in r.explanation
+    assert o.xla_error <= 2 * o.cpu_error
 
 
 class Drifting(torch.nn.Module):
@@ -133,7 +150,7 @@ def test_nondeterministic_reference():
     assert r.verdict == parity.Verdict.NONDETERMINISTIC_REFERENCE
     path, report = r.nondeterminism
     assert report.mismatched == 16
-    assert "Two CPU eager runs" in r.explanation and r.outputs == ()
+    assert r.explanation.startswith("NONDETERMINISTIC_REFERENCE: two CPU eager runs") and r.outputs == ()
 
 
 def test_seeded_randomness_is_not_nondeterminism():
@@ -142,7 +159,7 @@ def test_seeded_randomness_is_not_nondeterminism():
     assert r.verdict != parity.Verdict.NONDETERMINISTIC_REFERENCE
 
 
-def test_exception_names_the_stage():
+def test_the_users_exception_is_a_verdict_naming_the_stage():
     def broken_on_xla(t):
         if t.device.type == "xla":
             raise RuntimeError("boom on xla")
@@ -150,40 +167,74 @@ def test_exception_names_the_stage():
 
     r = parity.verify(broken_on_xla, (torch.randn(4),), dtype="fp32")
     assert r.verdict == parity.Verdict.EXCEPTION and r.stage == "XLA"
-    assert "boom on xla" in r.exception and "boom on xla" in r.explanation
+    assert "boom on xla" in r.exception and r.explanation.startswith("EXCEPTION: the XLA run raised")
 
 
-def test_assert_parity_raises_with_the_explanation(issue_8747):
-    fn, reference, x = issue_8747
-    report = parity.assert_parity(fn, (x,), dtype="fp32", reference=reference)
-    assert report.passed
-    with pytest.raises(AssertionError) as info:
-        parity.assert_parity(fn, (x,), dtype="bf16", reference=reference)
-    assert "rounding placement" in str(info.value)
-    assert "Parity verdict: FAIL" in str(info.value)
-
-
-def test_arguments_are_checked():
+def test_bad_input_raises_instead_of_becoming_a_verdict():
     with pytest.raises(parity.ParityError, match="dtype"):
         parity.verify(lambda t: t, (torch.ones(2),), dtype="int7")
     with pytest.raises(parity.ParityError, match="rtol and atol"):
         parity.verify(lambda t: t, (torch.ones(2),), rtol=1e-3)
-    with pytest.raises(parity.ParityError, match="fn"):
+    with pytest.raises(TypeError, match="fn"):
         parity.verify(3, (torch.ones(2),))
+    with pytest.raises(TypeError, match="kwargs"):
+        parity.verify(lambda t: t, (torch.ones(2),), kwargs=[1])
+    with pytest.raises(parity.ParityError, match="no floating-point tensor"):
+        parity.verify(lambda t: t.long(), (torch.ones(2),))
+    with pytest.raises(parity.ParityError, match="different floating-point outputs"):
+        parity.verify(lambda t: {"a": t}, (torch.ones(2),), reference=lambda t: {"b": t})
+    assert issubclass(parity.ParityError, ValueError) and issubclass(parity.ParityTypeError, TypeError)
 
 
-def test_fp32_long_reduction_is_reassociation_not_rounding():
-    # K = 4096 with large inputs: XLA:CPU and CPU eager sum the dot in different orders.
+@dataclasses.dataclass
+class Out:
+    hidden: torch.Tensor
+    extra: dict
+
+
+Pair = collections.namedtuple("Pair", "lo hi")
+
+
+class PytreeModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x, *, scale, mask=None):
+        h = self.lin(x) * scale
+        return Out(h, {"pair": Pair(h.min(-1).values, h.max(-1).values), "ids": mask, "none": None})
+
+
+def test_pytree_outputs_and_keyword_inputs():
     torch.manual_seed(0)
-    lin = torch.nn.Linear(4096, 64)
-    r = parity.verify(lin, (torch.randn(64, 4096) * 100,), dtype="fp32")
-    (o,) = r.outputs
-    assert r.verdict == parity.Verdict.FAIL and o.xla_vs_cpu.mismatched > 0
-    assert r.rounding_points == ()  # nothing narrow: not rounding placement
-    assert r.hlo_math == "same" and r.emulation == "differs"
-    assert "reassociation" in r.explanation
-    assert "rounding placement, not a lowering bug" not in r.explanation
-    assert o.xla_error <= 2 * o.cpu_error
+    r = parity.verify(PytreeModel(), (torch.randn(4, 8),), {"scale": torch.tensor(2.0), "mask": torch.ones(4).long()},
+                      dtype="fp32")
+    assert [o.path for o in r.outputs] == [".hidden", ".extra['pair'].lo", ".extra['pair'].hi"]
+    assert r.verdict == parity.Verdict.PASS and r.emulation == "matches"
+
+
+def test_bf16_elementwise_chains_reductions_and_norms_are_bit_identical():
+    torch.manual_seed(0)
+    programs = {
+        "scalar_chain": lambda t: (t * 1.7 + 0.3) * t - 0.1,  # excess precision on the add
+        "gelu": torch.nn.GELU(),  # erf
+        "layer_norm": torch.nn.LayerNorm(64),  # batch-norm-training
+        "softmax": lambda t: torch.softmax(t, -1),  # reduces in bf16, every step rounded
+        "sum": lambda t: t.sum(-1),
+        "tanh_div": lambda t: torch.tanh(t) / (t.abs() + 1),
+    }
+    x = torch.randn(8, 64)
+    for name, fn in programs.items():
+        r = parity.verify(fn, (x,), dtype="bf16")
+        assert r.emulation == "matches", (name, r)
+        assert r.hlo_math == "same", name
+        assert r.explanation.startswith(r.verdict.value + ":"), name
+
+
+def test_a_pass_says_when_the_replays_were_unavailable_and_why():
+    r = parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32", emulate=False)
+    assert r.verdict == parity.Verdict.PASS and r.emulation == "unavailable: emulate=False"
+    assert "unavailable" in r.explanation and "emulate=False" in r.explanation
 
 
 def test_callers_rng_state_is_left_alone():
@@ -198,32 +249,54 @@ def test_callers_rng_state_is_left_alone():
     assert xm.get_rng_state() == 77
 
 
-BF16_PROGRAMS = {
-    # (x * 1.7 + 0.3) * x - 0.1: torch_xla lowers the scalars through f32 converts; XLA keeps the
-    # bf16 add in f32 (excess precision), which the replay must model to be bit-identical.
-    "scalar_chain": lambda: (lambda t: (t * 1.7 + 0.3) * t - 0.1),
-    "gelu": lambda: torch.nn.GELU(),  # erf
-    "layer_norm": lambda: torch.nn.LayerNorm(64),  # batch-norm-training
-    "mlp": lambda: torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)),
-    "tanh_div": lambda: (lambda t: torch.tanh(t) / (t.abs() + 1)),
-}
+def test_assert_parity_raises_with_the_explanation(issue_8747):
+    fn, reference, x = issue_8747
+    report = parity.assert_parity(fn, (x,), dtype="fp32", reference=reference)
+    assert report.passed
+    with pytest.raises(AssertionError) as info:
+        parity.assert_parity(fn, (x,), dtype="bf16", reference=reference)
+    assert "Rounding placement" in str(info.value) and "Parity verdict: FAIL" in str(info.value)
 
 
-@pytest.mark.parametrize("name", sorted(BF16_PROGRAMS))
-def test_bf16_replay_is_bit_identical_to_xla(name):
+def test_model_explorer_node_data(tmp_path):
     torch.manual_seed(0)
-    fn = BF16_PROGRAMS[name]()
-    r = parity.verify(fn, (torch.randn(8, 64),), dtype="bf16")
-    assert r.emulation == "matches", r
-    assert r.outputs[0].emulated.total == r.outputs[0].emulated.total - r.outputs[0].emulated.mismatched
-    assert r.hlo_math == "same"
+    lin = torch.nn.Linear(32, 16)
+    x = torch.randn(4, 32)
+    out = str(tmp_path / "explorer")
+    parity.verify(lin, (x,), dtype="bf16", explorer_dir=out)
+    with open(os.path.join(out, "node_data.json")) as f:
+        data = json.load(f)
+    with open(os.path.join(out, "node_names.json")) as f:
+        names = json.load(f)
+    results = data["main"]["results"]
+    assert data["main"]["gradient"][0]["stop"] == 0 and data["main"]["gradient"][-1]["stop"] == 1
+    assert results and all(set(v) == {"value"} and v["value"] >= 0 for v in results.values())
+    program = open(os.path.join(out, "program.mlir")).read()
+    assert "stablehlo.dot" in program
+    # The node ids are Model Explorer's: a counter over main's ops in order (the adapter's rule).
+    from torch_xla_ext.parity import explorer
+
+    assert set(results) <= set(explorer.node_ids(program)["main"])
+    # The dot's value, independently: |bf16(dot) - dot| / max|dot| from the bf16 operands in fp64.
+    (dot_id,) = [k for k, v in names.items() if v.startswith("dot")]
+    xb = x.bfloat16().double().numpy()
+    wb = lin.weight.detach().bfloat16().double().numpy()
+    exact = xb @ wb.T
+    rounded = exact.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+    want = np.abs(rounded - exact).max() / np.abs(exact).max()
+    assert results[dot_id]["value"] == pytest.approx(want, rel=0.05)
 
 
-def test_bf16_reductions_are_not_bit_identical_and_say_so():
-    # XLA:CPU's summation order inside a bf16 reduce is not modelled: the replay is close, not
-    # exact, and the verdict must not call that a lowering bug.
-    torch.manual_seed(0)
-    r = parity.verify(lambda t: t.sum(-1), (torch.randn(8, 64),), dtype="bf16")
-    assert r.emulation == "differs" and r.hlo_math == "same"
-    assert "lowering bug" not in r.explanation
-    assert "reduces in bf16" in r.explanation or "reassociation" in r.explanation
+def test_doctor_shows_an_exception_verdict_as_an_error_row(tmp_path):
+    from torch_xla_ext import doctor
+
+    class FailsOnXla(torch.nn.Module):
+        def forward(self, x):
+            if x.device.type == "xla":
+                raise RuntimeError("no lowering here")
+            return x * 2
+
+    with pytest.raises(doctor.SectionFailed) as info:
+        doctor._parity_section(FailsOnXla, (torch.randn(4),), {}, str(tmp_path))
+    assert "EXCEPTION" in info.value.summary
+    assert info.value.data["fp32"]["verdict"] == "EXCEPTION"

@@ -1,61 +1,116 @@
-"""`torch-xla-ext parity`: XLA vs CPU parity verdict with an explanation, for a model factory or
-the embedded pytorch/xla#8747 example (scan over 4 patched nn.Linear(128, 128), bf16)."""
+"""`torch-xla-ext parity`: XLA vs CPU parity verdict with an explanation, for a ``--model``
+factory (the one contract of ``torch_xla_ext._factory``: ``(model, args[, kwargs])``) or the
+embedded pytorch/xla#8747 example (scan over 4 patched nn.Linear(128, 128), bf16).
+
+With ``--scan-layers`` the factory's model is the layer stack (an nn.ModuleList or
+nn.Sequential) and ``args`` is ``(x,)``: the layers run with torch_xla's scan_layers on XLA.
+``--reference`` names a second factory whose model is the reference (CPU) side.
+``--capture FILE`` only runs the model on XLA and saves its per-module capture (safetensors);
+``--compare-capture FILE`` compares such a file with CPU runs of the model, without XLA.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from torch_xla_ext._factory import resolve
+from torch_xla_ext._factory import FactorySpecError, load_model
 from torch_xla_ext.cli import progress
+
+
+def _layers(model, spec: str, flag: str):
+    import torch
+
+    if not isinstance(model, (torch.nn.ModuleList, torch.nn.Sequential)) or len(model) == 0:
+        raise FactorySpecError(f"{flag}: with --scan-layers, {spec}()[0] must be a non-empty nn.ModuleList or "
+                               f"nn.Sequential of layers, got {type(model).__name__}")
+    return list(model)
 
 
 def _run(args: argparse.Namespace) -> int:
     from torch_xla_ext import parity
 
     tol = {} if args.rtol is None and args.atol is None else {"rtol": args.rtol, "atol": args.atol}
-    if args.model:
-        progress(f"building {args.model}")
-        made = resolve(args.model)()
-        if isinstance(made, dict) and "layers" in made:
-            progress(f"scan_layers parity over {len(made['layers'])} layers ({args.dtype})")
-            report = parity.scan_layers(made["layers"], made["x"], dtype=args.dtype,
-                                        reference_layers=made.get("reference_layers"), **tol)
-        elif isinstance(made, tuple) and len(made) in (2, 3):
-            progress(f"verify on XLA vs CPU eager ({args.dtype})")
-            reference = made[2] if len(made) == 3 else None
-            report = parity.verify(made[0], made[1], dtype=args.dtype, reference=reference, **tol)
-        else:
-            raise ValueError(
-                "--model: the factory must return (fn, inputs), (fn, inputs, reference) or "
-                "{'layers': [...], 'x': tensor, 'reference_layers': [...]}"
-            )
-    else:
+    if args.model is None:
+        for flag in ("reference", "capture", "compare_capture", "scan_layers"):
+            if getattr(args, flag):
+                raise FactorySpecError(f"--{flag.replace('_', '-')}: needs --model")
         progress(f"embedded example (pytorch/xla#8747): scan_layers over 4 patched nn.Linear(128, 128), "
                  f"input (3, 4, 5, 128), {args.dtype}, XLA (PJRT CPU) vs CPU eager")
         layers, reference, x = parity.scan_patched_linear_example(args.dtype)
         report = parity.scan_layers(layers, x, dtype=args.dtype, reference_layers=reference, **tol)
+        return _finish(report, args, check=False)
+
+    if args.plot and not (args.localize or args.compare_capture):
+        raise FactorySpecError("--plot: needs a per-module localisation (--localize or --compare-capture)")
+    progress(f"building {args.model}")
+    made = load_model(args.model)
+    reference = load_model(args.reference, "--reference").model if args.reference else None
+    if args.capture:
+        progress(f"capturing every module of {type(made.model).__name__} on XLA ({args.dtype})")
+        path = parity.capture(made.model, made.args, made.kwargs, dtype=args.dtype).save(args.capture)
+        progress(f"wrote {path}")
+        return 0
+    if args.compare_capture:
+        progress(f"comparing {args.compare_capture} with CPU runs of {type(made.model).__name__}")
+        report = parity.compare_capture(args.compare_capture, reference or made.model, made.args, made.kwargs, **tol)
+    elif args.scan_layers:
+        if made.kwargs or len(made.args) != 1:
+            raise FactorySpecError(f"--model: with --scan-layers, {args.model}() must return (layers, (x,)) with "
+                                   f"no keyword inputs")
+        layers = _layers(made.model, args.model, "--model")
+        ref_layers = _layers(reference, args.reference, "--reference") if reference is not None else None
+        progress(f"scan_layers parity over {len(layers)} layers ({args.dtype})")
+        report = parity.scan_layers(layers, made.args[0], dtype=args.dtype, reference_layers=ref_layers, **tol)
+    else:
+        progress(f"verify on XLA vs CPU eager ({args.dtype})" + (", per module" if args.localize else ""))
+        report = parity.verify(made.model, made.args, made.kwargs, dtype=args.dtype, reference=reference,
+                               localize=args.localize, explorer_dir=args.explorer, **tol)
+        if args.explorer:
+            progress(f"wrote the program and its per-op error for Model Explorer to {args.explorer}")
+    return _finish(report, args, check=True)
+
+
+def _finish(report, args: argparse.Namespace, check: bool) -> int:
+    from torch_xla_ext import parity
+
     if args.json:
         with open(args.json, "w") as f:
             f.write(report.to_json(indent=2))
         progress(f"wrote {args.json}")
+    if args.plot:
+        if not report.modules:
+            raise FactorySpecError("--plot: needs a per-module localisation (--localize or --compare-capture)")
+        parity.plot_modules(report, args.plot)
+        progress(f"wrote {args.plot}")
     print(report)
-    # A user's model is a check (exit 1 unless PASS); the example only shows a verdict.
-    return 1 if (args.model and not report.passed) else 0
+    # A user's model is a check (exit 1 unless PASS); the embedded example only shows a verdict.
+    return 1 if (check and not report.passed) else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "parity",
-        help="XLA vs CPU parity verdict, explained (fp64 golden, rounding-emulated reference)",
-        description="Run a model on XLA and CPU eager, compare with an fp64 golden and with a CPU "
-        "reference rebuilt from the lowered HLO that rounds where XLA rounds, and explain the verdict. "
-        "Without --model, runs the embedded pytorch/xla#8747 example.",
+        help="XLA vs CPU parity verdict, explained (fp64 golden, replays of XLA's program, per-module errors)",
+        description="Run a model on XLA and CPU eager, compare with an fp64 golden and with replays of XLA's own "
+        "program (with XLA:CPU's roundings, and exactly in fp64), and explain the verdict. Without --model, runs "
+        "the embedded pytorch/xla#8747 example.",
     )
     p.add_argument("--model", metavar="MODULE:FACTORY",
-                   help="a factory returning (fn, inputs[, reference]) or "
-                        "{'layers', 'x'[, 'reference_layers']} for scan_layers")
+                   help="a factory returning (model, args) or (model, args, kwargs) (see --scan-layers)")
+    p.add_argument("--reference", metavar="MODULE:FACTORY",
+                   help="a factory whose model is the CPU reference (default: the --model's model)")
+    p.add_argument("--scan-layers", action="store_true",
+                   help="the factory's model is a layer stack (nn.ModuleList/nn.Sequential) and args is (x,): "
+                        "check torch_xla's scan_layers per layer")
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="dtype of the XLA and CPU runs")
     p.add_argument("--rtol", type=float, help="relative tolerance (default: torch.testing's for the dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: torch.testing's for the dtype)")
+    p.add_argument("--localize", action="store_true",
+                   help="also separate every submodule's own error from what it inherited")
+    p.add_argument("--plot", metavar="FILE.png", help="plot the per-module errors (with --localize)")
+    p.add_argument("--explorer", metavar="DIR", help="write the program and its per-op error for Model Explorer")
+    p.add_argument("--capture", metavar="FILE", help="only run on XLA and save the per-module capture (safetensors)")
+    p.add_argument("--compare-capture", metavar="FILE",
+                   help="compare a saved capture with CPU runs of the model (no XLA needed)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     p.set_defaults(func=_run)

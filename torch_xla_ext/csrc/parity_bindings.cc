@@ -1,77 +1,96 @@
-// Bindings of cc/parity: the HLO op/dtype graph parsed from HLO text, and its rounding points.
-// Python (torch_xla_ext/parity.py) replays the graph on numpy with XLA's roundings.
+// Bindings of cc/parity: the rounding-point analysis over the value graph of a StableHLO
+// function (cc/graph/graph.h), built in Python from a module parsed with JAX's MLIR bindings
+// (torch_xla_ext/parity/stablehlo.py). The replay that uses it is torch_xla_ext/parity/replay.py.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
-#include "cc/parity/hlo_graph.h"
+#include "cc/graph/graph.h"
+#include "cc/parity/rounding.h"
 #include "torch_xla_ext/csrc/status_casters.h"
 #include "torch_xla_ext/csrc/submodules.h"
 
 namespace py = pybind11;
-using txe::parity::HloComputation;
-using txe::parity::HloInstruction;
-using txe::parity::HloModule;
-using txe::parity::HloShape;
-using txe::parity::RoundingPoint;
+
+namespace {
+
+using ValueTuple = std::tuple<std::vector<int64_t>, std::string>;
+// (name, operands, results, parent, region_args, attributes)
+using OpTuple = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, int64_t, std::vector<int64_t>,
+                           std::vector<std::pair<std::string, std::string>>>;
+
+}  // namespace
 
 TXE_PYBIND_SUBMODULE(parity, m) {
-  py::class_<HloShape>(m, "HloShape")
-      .def_readonly("element_type", &HloShape::element_type)
-      .def_readonly("dims", &HloShape::dims)
-      .def_readonly("tuple_shapes", &HloShape::tuple_shapes)
-      .def_property_readonly("is_tuple", &HloShape::is_tuple)
-      .def("__str__", &HloShape::ToString);
-
-  py::class_<HloInstruction>(m, "HloInstruction")
-      .def_readonly("name", &HloInstruction::name)
-      .def_readonly("shape", &HloInstruction::shape)
-      .def_readonly("opcode", &HloInstruction::opcode)
-      .def_readonly("operands", &HloInstruction::operands)
-      .def_readonly("literal", &HloInstruction::literal)
-      .def_readonly("attributes", &HloInstruction::attributes)
-      .def_readonly("is_root", &HloInstruction::is_root);
-
-  py::class_<HloComputation>(m, "HloComputation")
-      .def_readonly("name", &HloComputation::name)
-      .def_readonly("is_entry", &HloComputation::is_entry)
-      .def_readonly("instructions", &HloComputation::instructions)
-      .def_readonly("root", &HloComputation::root);
-
-  py::class_<HloModule>(m, "HloModule")
-      .def_readonly("name", &HloModule::name)
-      .def_readonly("computations", &HloModule::computations)
-      .def_readonly("entry", &HloModule::entry);
-
-  py::class_<RoundingPoint>(m, "RoundingPoint")
-      .def_readonly("computation", &RoundingPoint::computation)
-      .def_readonly("instruction", &RoundingPoint::instruction)
-      .def_readonly("opcode", &RoundingPoint::opcode)
-      .def_readonly("element_type", &RoundingPoint::element_type)
-      .def_readonly("after", &RoundingPoint::after)
-      .def_readonly("after_opcode", &RoundingPoint::after_opcode);
-
-  m.def(
-      "parse_hlo_text",
-      [](std::string text) {
-        txe::StatusOr<HloModule> module = txe::InternalError("not run");
-        {
-          py::gil_scoped_release release;  // large modules are megabytes of text
-          module = txe::parity::ParseHloText(text);
-        }
-        return txe::python::ValueOrThrow(std::move(module));
-      },
-      py::arg("text"), "Parses HLO text into computations and instructions. See cc/parity/hlo_graph.h.");
-
   m.def(
       "find_rounding_points",
-      [](const HloModule& module, bool excess_precision) {
-        txe::parity::RoundingPointOptions options;
+      [](const std::vector<ValueTuple>& values, int64_t num_args, const std::vector<OpTuple>& ops,
+         const std::vector<int64_t>& returned, bool excess_precision) {
+        txe::graph::Graph g;
+        g.num_args = num_args;
+        g.values.reserve(values.size());
+        for (const auto& [shape, et] : values) g.values.push_back({shape, et});
+        g.ops.reserve(ops.size());
+        for (const auto& [name, operands, results, parent, region_args, attributes] : ops) {
+          txe::graph::Op op;
+          op.name = name;
+          op.operands = operands;
+          op.results = results;
+          op.parent = parent;
+          op.region_args = region_args;
+          op.attributes = attributes;
+          g.ops.push_back(std::move(op));
+        }
+        g.returned = returned;
+        txe::parity::RoundingOptions options;
         options.excess_precision = excess_precision;
-        return txe::parity::FindRoundingPoints(module, options);
+        txe::StatusOr<txe::parity::RoundingAnalysis> result = txe::InternalError("not run");
+        {
+          py::gil_scoped_release release;  // large programs have tens of thousands of ops
+          result = txe::parity::FindRoundingPoints(g, options);
+        }
+        txe::parity::RoundingAnalysis a = txe::python::ValueOrThrow(std::move(result));
+        py::list points;
+        for (const txe::parity::RoundingPoint& p : a.points) {
+          py::dict d;
+          d["op"] = p.op;
+          d["result"] = p.result;
+          d["value"] = p.value;
+          d["element_type"] = p.element_type;
+          py::list unrounded;
+          for (const txe::graph::Use& u : p.unrounded_uses) unrounded.append(py::make_tuple(u.op, u.operand));
+          d["unrounded_uses"] = unrounded;
+          d["after"] = p.after;
+          points.append(d);
+        }
+        py::dict out;
+        out["points"] = points;
+        out["kept_unrounded"] = a.kept_unrounded;
+        return out;
       },
-      py::arg("module"), py::arg("excess_precision") = true,
-      "Ops storing a computed value in bf16/f16, with the narrow-float op feeding each, if any.");
+      py::arg("values"), py::arg("num_args"), py::arg("ops"), py::arg("returned"),
+      py::arg("excess_precision") = true,
+      "Rounding points of one function's graph: values are (shape, element_type); ops are (name, "
+      "operands, results, parent, region_args, attributes) in pre-order. See cc/parity/rounding.h.");
+
+  m.def(
+      "op_class",
+      [](const std::string& name) -> const char* {
+        switch (txe::parity::Classify(name)) {
+          case txe::parity::OpClass::kMovesData: return "moves_data";
+          case txe::parity::OpClass::kExact: return "exact";
+          case txe::parity::OpClass::kOpaque: return "opaque";
+          case txe::parity::OpClass::kComputes: return "computes";
+        }
+        return "computes";
+      },
+      py::arg("name"), "What an op does to its values: moves_data, exact, opaque or computes.");
+
+  m.def("is_narrow_float", [](const std::string& element_type) { return txe::parity::IsNarrowFloat(element_type); },
+        py::arg("element_type"), "Whether XLA:CPU computes this element type in f32 and rounds back (bf16, f16).");
 }

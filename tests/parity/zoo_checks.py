@@ -1,0 +1,85 @@
+"""Checks shared by the zoo parity tests: a verify() report against an independent fp64 run.
+
+The test runs the reference itself on the CPU (in the run's dtype, and in fp64 from the inputs
+and parameters rounded to it) and checks the report's CPU-side figures against those; then that
+each output's cause follows from the report's fp64 figures by the documented rule, that the
+explanation starts with the verdict and names each cause with its outputs, and that the rounded
+replay ran.
+"""
+
+import copy
+
+import torch
+from torch.utils._pytree import tree_map
+
+from torch_xla_ext import parity
+from torch_xla_ext.parity import explain, runners
+
+
+def independent_cpu_errors(model, args, kwargs, dtype):
+    """{path: greatest |CPU eager - fp64|} computed here, not by parity."""
+
+    def cast(v, dt):
+        return v.to(dt) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+    with torch.no_grad():
+        run = copy.deepcopy(model).to(dtype)
+        out = run(*tree_map(lambda v: cast(v, dtype), args), **tree_map(lambda v: cast(v, dtype), kwargs))
+        gold = copy.deepcopy(model).to(dtype).to(torch.float64)
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)  # transformers' masks fill finfo(fp64).min into default tensors
+        try:
+            ref = gold(*tree_map(lambda v: cast(cast(v, dtype), torch.float64), args),
+                       **tree_map(lambda v: cast(cast(v, dtype), torch.float64), kwargs))
+        finally:
+            torch.set_default_dtype(before)
+    got = dict(runners.tensor_leaves(out))
+    want = dict(runners.tensor_leaves(ref))
+    return {p: float((got[p].double() - want[p]).abs().max()) for p in got if got[p].is_floating_point()}
+
+
+def expected_cause(o, narrow):
+    """The documented rule, restated: which cause the fp64 figures of one output imply."""
+    if o.xla_vs_cpu.ulp_histogram.get("0", 0) == o.xla_vs_cpu.total:
+        return None
+    same = o.unrounded.passed or o.unrounded_error <= explain.MATH_NOISE_FRACTION * max(o.xla_error, o.cpu_error)
+    if not same:
+        return "real difference"
+    if o.emulated.mismatched == 0:
+        return "rounding placement" if narrow else "reassociation"
+    if o.xla_error <= explain.REASSOCIATION_FACTOR * max(o.cpu_error, o.emulated_error):
+        return "reassociation"
+    return "real difference"
+
+
+def check_report(report, model, args, kwargs, dtype=torch.bfloat16):
+    r = report
+    assert r.verdict in (parity.Verdict.PASS, parity.Verdict.FAIL), r
+    assert r.explanation.startswith(r.verdict.value + ":"), r.explanation[:200]
+    # The rounded replay ran, on every output, and reproduces XLA bit for bit.
+    assert r.emulation == "matches", r.emulation
+    assert r.hlo_math in ("same", "differs")
+    assert all(o.emulated is not None and o.emulated.total == o.xla_vs_cpu.total for o in r.outputs)
+    # The program rounds to bf16, at least once twice in a row (the #8747 pattern and its kin).
+    assert r.rounding_points and all(p.element_type == "bf16" for p in r.rounding_points)
+    assert any(p.after for p in r.rounding_points)
+    # CPU-side figures against an independent fp64 run.
+    cpu_errors = independent_cpu_errors(model, args, kwargs, dtype)
+    assert set(cpu_errors) == {o.path for o in r.outputs}
+    for o in r.outputs:
+        assert abs(o.cpu_error - cpu_errors[o.path]) <= 1e-9 * max(1.0, cpu_errors[o.path]), (o.path, o.cpu_error)
+        assert o.cause == expected_cause(o, narrow=True), (o.path, o.cause)
+        if o.cause == "rounding placement":  # the claim's two halves, from the figures
+            assert o.emulated.mismatched == 0 and o.unrounded_error < o.xla_error
+    # The explanation names every cause with its outputs and quotes the worst fp64 errors.
+    for cause in {o.cause for o in r.outputs if o.cause}:
+        paragraph = next(s for s in r.explanation.split(". ") if s.startswith(cause.capitalize()) or
+                         s.startswith("A " + cause))
+        for o in r.outputs:
+            if o.cause == cause:
+                assert (o.path or "<root>") in r.explanation, o.path
+        assert paragraph
+    worst = max(r.outputs, key=lambda o: o.xla_error)
+    assert f"XLA's greatest error is {worst.xla_error:.3g}" in r.explanation
+    assert f"CPU eager's is {worst.cpu_error:.3g}" in r.explanation
+    return cpu_errors

@@ -1,0 +1,53 @@
+"""Parity verdicts for XLA vs CPU: why outputs differ, not just that they do.
+
+``verify`` runs a function on XLA and its reference on CPU eager (twice, to catch a
+nondeterministic reference) and in fp64 (the golden, computed from the inputs and parameters as
+both sides received them, i.e. already rounded to ``dtype``), and compares every floating-point
+output with the C++ comparator of :mod:`torch_xla_ext.numerics`. It then replays the XLA run's
+own program twice, compiled by XLA through JAX's CPU client: once with XLA:CPU's roundings
+(bf16/f16 computed in f32 and rounded where the program rounds, per cc/parity's rounding
+analysis) and once exactly in fp64. Together they say which cause explains each output:
+
+* rounding placement: XLA equals the rounded replay bit for bit and the exact replay equals the
+  golden (pytorch/xla#8747: a bf16 dot rounded, then the bias add rounded again);
+* reassociation: same math, equal accuracy, only the evaluation order differs (long fp32 dots);
+* a real difference: the program is not the reference's math, or XLA does not execute it as
+  its roundings predict.
+
+``localize`` (or ``verify(..., localize=True)``) finds the first nn.Module whose own error is
+beyond rounding, ``capture``/``compare_capture`` do it across processes through safetensors,
+``scan_layers`` checks torch_xla's scan_layers per layer, ``assert_parity`` is the pytest form,
+and ``write_model_explorer`` shows the per-op error in Model Explorer.
+
+Example:
+    >>> import torch
+    >>> from torch_xla_ext import parity
+    >>> lin = torch.nn.Linear(128, 128)
+    >>> report = parity.verify(lin, (torch.randn(8, 128),), dtype="bf16")  # doctest: +SKIP
+    >>> report.emulation, report.hlo_math, report.causes  # doctest: +SKIP
+    ('matches', 'same', {'': 'rounding placement'})
+"""
+
+from torch_xla_ext.parity.api import assert_parity, verify
+from torch_xla_ext.parity.capturing import Capture, capture, compare_capture, load_capture
+from torch_xla_ext.parity.errors import (
+    CaptureError,
+    CaptureNotFoundError,
+    HloCaptureError,
+    ParityError,
+    ParityTypeError,
+    ReplayError,
+)
+from torch_xla_ext.parity.explorer import write_model_explorer
+from torch_xla_ext.parity.localization import localize, plot_modules
+from torch_xla_ext.parity.replays import Replay, replay
+from torch_xla_ext.parity.scan import scan_layers, scan_patched_linear_example
+from torch_xla_ext.parity.report import CAUSES, LayerParity, ModuleParity, OutputParity, ParityReport, Verdict
+from torch_xla_ext.parity.stablehlo import Program, RoundingPoint
+
+__all__ = [
+    "CAUSES", "Capture", "CaptureError", "CaptureNotFoundError", "HloCaptureError", "LayerParity", "ModuleParity",
+    "OutputParity", "ParityError", "ParityReport", "ParityTypeError", "Program", "Replay", "ReplayError",
+    "RoundingPoint", "Verdict", "assert_parity", "capture", "compare_capture", "load_capture", "localize",
+    "plot_modules", "replay", "scan_layers", "scan_patched_linear_example", "verify", "write_model_explorer",
+]

@@ -1,0 +1,232 @@
+"""Per-module capture of a run, and its safetensors file (no pickle).
+
+``capture`` runs a model on XLA (a TPU host, or here PJRT CPU) with forward hooks on every
+submodule and keeps each call's tensor inputs and outputs, named by the module's path and the
+pytree path of each tensor. ``save`` writes them to one safetensors file whose metadata (JSON
+text) lists the calls; ``load_capture`` reads it back in another process, where
+``compare_capture`` compares it with a CPU run of the reference (:mod:`.localization`).
+
+Example:
+    >>> cap = capture(model, (ids,), {"attention_mask": mask}, dtype="bf16")   # doctest: +SKIP
+    >>> cap.save("run.safetensors")                                             # doctest: +SKIP
+    >>> # in another process, on the CPU:
+    >>> report = compare_capture("run.safetensors", model, (ids,), {"attention_mask": mask})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Callable
+
+from torch_xla_ext.parity import runners
+from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityTypeError
+
+__all__ = ["Capture", "ModuleCall", "capture", "load_capture", "record_calls"]
+
+FORMAT = "torch_xla_ext.parity.capture/1"
+
+
+@dataclasses.dataclass
+class ModuleCall:
+    """One call of one submodule: tensors by pytree path. Input paths are into ``(args, kwargs)``
+    (``[0][0]`` is the first positional input, ``[1]['attention_mask']`` a keyword input)."""
+
+    path: str
+    call: int  # how many earlier calls this path had
+    depth: int
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+
+
+@dataclasses.dataclass
+class Capture:
+    """A run's module calls in completion order (children before their parents) and its outputs."""
+
+    calls: list[ModuleCall]
+    outputs: dict[str, Any]
+    dtype: str
+    device: str
+    info: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Writes one safetensors file; returns its path."""
+        from safetensors.torch import save_file
+
+        tensors, calls = {}, []
+        for i, c in enumerate(self.calls):
+            for kind, leaves in (("in", c.inputs), ("out", c.outputs)):
+                for leaf, t in leaves.items():
+                    tensors[f"{i}/{kind}{leaf}"] = t.detach().cpu().contiguous()
+            calls.append({"path": c.path, "call": c.call, "depth": c.depth, "inputs": list(c.inputs),
+                          "outputs": list(c.outputs)})
+        for leaf, t in self.outputs.items():
+            tensors[f"outputs{leaf}"] = t.detach().cpu().contiguous()
+        metadata = {"format": FORMAT, "calls": json.dumps(calls), "outputs": json.dumps(list(self.outputs)),
+                    "dtype": self.dtype, "device": self.device, **{f"info.{k}": v for k, v in self.info.items()}}
+        path = os.fspath(path)
+        save_file(tensors, path, metadata=metadata)
+        return path
+
+
+def _module_path_depth(path: str) -> int:
+    return 0 if not path else path.count(".") + 1
+
+
+def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA capture",
+                 on_call: Callable[..., None] | None = None) -> tuple[list[ModuleCall], Any]:
+    """Runs ``model(*args, **kwargs)`` with hooks on every submodule; returns its calls (inputs
+    cloned before the call runs, outputs when it returns) and the output. ``on_call(module, path,
+    call, args, kwargs, output, inputs)`` runs when a call returns, with recording switched off
+    (for shadow runs); ``inputs`` are the tensors it received, by path.
+    What the model raises becomes a ``runners.UserFailure`` at ``stage``."""
+    import torch
+
+    from torch_xla_ext.errors import InternalError
+
+    if not isinstance(model, torch.nn.Module):
+        raise ParityTypeError(f"model: per-module localisation needs an nn.Module, got {type(model).__name__}")
+    calls: list[ModuleCall] = []
+    counts: dict[str, int] = {}
+    state = {"recording": True}
+    pending: dict[str, list[dict[str, Any]]] = {}  # inputs taken before each running call, per path
+    handles = []
+
+    def clone_leaves(tree: Any, path: str) -> dict[str, Any]:
+        try:
+            return {p: t.detach().clone() for p, t in runners.tensor_leaves(tree)}
+        except Exception as e:  # our hook, not the user's model
+            raise InternalError(f"parity's capture hook on {path or '<root>'} failed: {type(e).__name__}: {e}") from e
+
+    def hooks_for(path: str):
+        # Inputs are taken before the call runs: an in-place module (torchvision's
+        # Hardswish(inplace=True)) overwrites them with its output.
+        def pre_hook(module: Any, a: tuple, k: dict) -> None:
+            if state["recording"]:
+                pending.setdefault(path, []).append(clone_leaves((a, k), path))
+
+        def hook(module: Any, a: tuple, k: dict, out: Any) -> None:
+            if not state["recording"]:
+                return
+            inputs = pending[path].pop()
+            outputs = clone_leaves(out, path)
+            n = counts.get(path, 0)
+            counts[path] = n + 1
+            calls.append(ModuleCall(path, n, _module_path_depth(path), inputs, outputs))
+            if on_call is not None:
+                state["recording"] = False
+                try:
+                    on_call(module, path, n, a, k, out, inputs)
+                finally:
+                    state["recording"] = True
+        return pre_hook, hook
+
+    for path, module in model.named_modules():
+        pre_hook, hook = hooks_for(path)
+        handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        handles.append(module.register_forward_hook(hook, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            out = runners.call(stage, model, args, kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return calls, out
+
+
+def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, seed: int = 0,
+            device: Any = None) -> Capture:
+    """Runs ``model`` on XLA (``device``, default ``torch_xla.device()``) in ``dtype`` with hooks
+    on every submodule and returns the per-module capture (tensors on the CPU, one sync). What
+    the model raises propagates as a ``runners.UserFailure`` naming the stage.
+
+    Example:
+        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")  # doctest: +SKIP
+    """
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    from torch_xla_ext.parity.api import _check_inputs
+
+    inputs, kwargs = _check_inputs(inputs, kwargs)
+    tdtype = runners.torch_dtype(dtype)
+    device = torch_xla.device() if device is None else device
+    with runners.user_rng_preserved():
+        torch.manual_seed(seed)
+        xm.set_rng_state(seed)
+        m = runners.prepare(model, device, tdtype)
+        calls, out = record_calls(m, runners.move(inputs, device, tdtype), runners.move(kwargs, device, tdtype))
+        torch_xla.sync()  # one execution for every captured tensor
+    for c in calls:
+        c.inputs = {p: t.cpu() for p, t in c.inputs.items()}
+        c.outputs = {p: t.cpu() for p, t in c.outputs.items()}
+    outputs = {p: t.detach().cpu() for p, t in runners.float_leaves(out, "model")}
+    info = {"torch_xla": torch_xla.__version__, "model": type(model).__name__}
+    return Capture(calls, outputs, str(tdtype).removeprefix("torch.") if tdtype else "input dtypes",
+                   str(device), info)
+
+
+def load_capture(path: str | os.PathLike) -> Capture:
+    """Reads a file written by :meth:`Capture.save`, checking its metadata and every entry.
+
+    Example:
+        >>> cap = load_capture("xla_run.safetensors")  # doctest: +SKIP
+    """
+    from safetensors import SafetensorError, safe_open
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise ParityTypeError(f"path: expected a file path, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CaptureNotFoundError(f"{path}: no such capture file")
+    try:
+        with safe_open(path, framework="pt") as f:
+            meta = f.metadata() or {}
+            keys = set(f.keys())
+            if meta.get("format") != FORMAT:
+                raise CaptureError(f"{path}: metadata 'format' is {meta.get('format')!r}, expected {FORMAT!r}")
+            try:
+                calls_meta = json.loads(meta["calls"])
+                outputs_meta = json.loads(meta["outputs"])
+            except (KeyError, json.JSONDecodeError) as e:
+                raise CaptureError(f"{path}: metadata 'calls'/'outputs' is missing or not JSON ({e})") from None
+            if not isinstance(calls_meta, list) or not isinstance(outputs_meta, list):
+                raise CaptureError(f"{path}: metadata 'calls' and 'outputs' must be JSON lists")
+
+            def get(key: str) -> Any:
+                if key not in keys:
+                    raise CaptureError(f"{path}: entry {key!r} is listed in the metadata but not stored")
+                return f.get_tensor(key)
+
+            calls = []
+            for i, c in enumerate(calls_meta):
+                try:
+                    inputs = {p: get(f"{i}/in{p}") for p in c["inputs"]}
+                    outputs = {p: get(f"{i}/out{p}") for p in c["outputs"]}
+                    calls.append(ModuleCall(str(c["path"]), int(c["call"]), int(c["depth"]), inputs, outputs))
+                except (KeyError, TypeError, ValueError) as e:
+                    raise CaptureError(f"{path}: metadata 'calls'[{i}] is malformed ({type(e).__name__}: {e})") from None
+            outputs = {p: get(f"outputs{p}") for p in outputs_meta}
+    except SafetensorError as e:
+        raise CaptureError(f"{path}: not a readable safetensors file ({e})") from None
+    info = {k.removeprefix("info."): v for k, v in meta.items() if k.startswith("info.")}
+    return Capture(calls, outputs, meta.get("dtype", "input dtypes"), meta.get("device", "?"), info)
+
+
+def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
+                    rtol: float | None = None, atol: float | None = None, seed: int = 0):
+    """Compares a capture (a :class:`Capture` or its file) with CPU runs of ``reference`` on the
+    same inputs: the verdict on the final outputs (CPU eager in the capture's dtype, fp64 golden)
+    and every module's own, inherited and total error (:mod:`.localization`). Runs without XLA.
+
+    Example:
+        >>> report = compare_capture("xla_run.safetensors", model, (x,))  # doctest: +SKIP
+        >>> report.first_divergent_module  # doctest: +SKIP
+        'model.layers.1.mlp.down_proj'
+    """
+    from torch_xla_ext.parity import localization as _localize
+
+    cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
+    return _localize.compare(cap, reference, inputs, kwargs, rtol=rtol, atol=atol, seed=seed)

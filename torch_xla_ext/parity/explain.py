@@ -1,0 +1,230 @@
+"""Which cause explains each output, and the explanation text of a verdict.
+
+One output's cause, from the fp64 figures (see :func:`output_cause`):
+
+* **rounding placement**: the program's exact fp64 replay is the reference's math, and XLA is
+  bit-identical to the rounded replay, which rounds to bf16/f16 exactly where the program does
+  (XLA:CPU's rules, cc/parity/rounding.h): the difference from CPU eager is where each side rounds.
+* **reassociation**: the same math, and XLA is as accurate as CPU eager (within
+  ``REASSOCIATION_FACTOR`` of its fp64 error): the order of evaluation differs (summation order,
+  FMA contraction, approximations of transcendentals); in an fp32 program this is also what
+  remains when XLA equals the replay, since nothing rounds to a narrow type.
+* **a real difference**: the exact replay leaves the fp64 golden (the program is not the
+  reference's math), or XLA leaves its own program's replay and is less accurate than both.
+
+The verdict comes from the comparator; the explanation starts with it and every sentence
+follows from the same figures, so the two never contradict each other.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from torch_xla_ext import numerics
+from torch_xla_ext.parity.report import (
+    REAL_DIFFERENCE,
+    REASSOCIATION,
+    ROUNDING_PLACEMENT,
+    UNEXPLAINED,
+    OutputParity,
+    Verdict,
+)
+from torch_xla_ext.parity.stablehlo import RoundingPoint
+
+__all__ = ["MATH_NOISE_FRACTION", "REASSOCIATION_FACTOR", "explain", "output_cause", "same_math"]
+
+# The exact replay may leave the golden by this fraction of the run's own rounding error and
+# still compute "the same math": below that, differences are constants stored in the run dtype
+# (GELU's 0.7071 as a bf16 constant).
+MATH_NOISE_FRACTION = 0.25
+# XLA's error against the golden may be this many times CPU eager's (or the replay's) and still
+# count as "as accurate": summation order alone moves errors by small factors.
+REASSOCIATION_FACTOR = 2.0
+# ULP distances of elements below this fraction of the output's scale are reported apart.
+SIGNIFICANT_FRACTION = 1e-3
+
+
+def same_math(unrounded: numerics.CompareReport, unrounded_error: float, xla_error: float, cpu_error: float) -> bool:
+    """Whether the exact replay computes the reference's math: it matches the golden at fp64
+    tolerances, or differs by much less than the run's own rounding error."""
+    if unrounded.passed:
+        return True
+    return unrounded_error <= MATH_NOISE_FRACTION * max(xla_error, cpu_error)
+
+
+def output_cause(o: OutputParity, narrow_rounding: bool) -> str | None:
+    """The cause of ``o``'s difference from CPU eager (None when there is no difference)."""
+    if o.bit_identical:
+        return None
+    if o.emulated is None or o.same_math is None:
+        return UNEXPLAINED
+    if not o.same_math:
+        return REAL_DIFFERENCE
+    if o.emulated.mismatched == 0:
+        return ROUNDING_PLACEMENT if narrow_rounding else REASSOCIATION
+    if o.xla_error <= REASSOCIATION_FACTOR * max(o.cpu_error, o.emulated_error or 0.0):
+        return REASSOCIATION
+    return REAL_DIFFERENCE
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def _name(o: OutputParity) -> str:
+    return o.path or "<root>"
+
+
+def _names(outputs: Sequence[OutputParity], limit: int = 12) -> str:
+    names = [_name(o) for o in outputs]
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def describe_rounding(points: Sequence[RoundingPoint]) -> str:
+    """"XLA rounds to bf16 after the dot (`dot.5`) and again after the add (`add.7`)" for the
+    distinct double-rounding pairs, or how many ops round."""
+    doubles = [p for p in points if p.after]
+    if not points:
+        return "the program rounds nothing to a narrow type"
+    if not doubles:
+        return f"XLA stores {len(points)} intermediate result(s) in {points[0].element_type}"
+    pairs: dict[tuple[str, str], list[RoundingPoint]] = {}
+    for p in doubles:
+        pairs.setdefault((p.after_opcode or "", p.opcode), []).append(p)
+    parts = []
+    for (first, second), ps in sorted(pairs.items(), key=lambda kv: -len(kv[1]))[:3]:
+        ex = ps[0]
+        parts.append(f"after the {first} (`{ex.after}`) and again after the {second} (`{ex.instruction}`)"
+                     + (f", {len(ps)} such pairs" if len(ps) > 1 else ""))
+    more = len(pairs) - 3
+    return (f"XLA rounds to {doubles[0].element_type} at {len(points)} ops, twice in a row at {len(doubles)}: "
+            + "; ".join(parts) + (f"; and {more} other kinds of pairs" if more > 0 else ""))
+
+
+def _golden(outputs: Sequence[OutputParity]) -> str:
+    worst = max(outputs, key=lambda o: o.xla_error)
+    closer = {"xla": "XLA is closer", "cpu": "CPU eager is closer", "tie": "equally close"}[worst.closer]
+    return (f"Against the fp64 golden, XLA's greatest error is {_fmt(worst.xla_error)} and CPU eager's is "
+            f"{_fmt(worst.cpu_error)} (output {_name(worst)}; {closer}).")
+
+
+def _scale_words(outputs: Sequence[OutputParity]) -> str:
+    """Where mismatches sit relative to each output's scale, when large ULP counts are near zero."""
+    notes = []
+    for o in outputs:
+        r = o.xla_vs_cpu
+        if r.max_ulp <= 4 or o.scale <= 0 or o.max_ulp_magnitude >= SIGNIFICANT_FRACTION * o.scale:
+            continue
+        sig = (f"; above {SIGNIFICANT_FRACTION:g} of the scale the greatest ULP distance is {o.significant.max_ulp}"
+               if o.significant is not None else "")
+        notes.append(f"output {_name(o)}'s greatest ULP distance ({r.max_ulp}) is at an element of magnitude "
+                     f"{_fmt(o.max_ulp_magnitude)}, {_fmt(o.max_ulp_magnitude / o.scale)} of the output's scale "
+                     f"({_fmt(o.scale)}); relative to the scale the greatest difference is "
+                     f"{_fmt(o.max_diff_to_scale)}{sig}")
+    if not notes:
+        return ""
+    return " ULP distances near zero mislead: " + "; ".join(notes) + "."
+
+
+def explain(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, points: Sequence[RoundingPoint],
+            dtype: str, subject: str | None = None) -> str:
+    """The explanation of a PASS or FAIL verdict over ``outputs`` (their causes already set).
+
+    With ``subject`` (e.g. "the stack's final output"), the first sentence describes that subject
+    instead of stating the verdict (a caller whose verdict rests on more than these outputs states
+    it first)."""
+    total = sum(o.xla_vs_cpu.total for o in outputs)
+    mism = sum(o.xla_vs_cpu.mismatched for o in outputs)
+    same = sum(o.xla_vs_cpu.ulp_histogram.get("0", 0) for o in outputs)
+    failing = [o for o in outputs if not o.xla_vs_cpu.passed]
+    r0 = (failing or list(outputs))[0].xla_vs_cpu
+    tol = f"rtol={r0.rtol:g}, atol={r0.atol:g}"
+    if subject is not None:
+        head = (f"On {subject}, XLA matches CPU eager within tolerances ({tol}) on all {total} elements, {same} "
+                f"bit-identical." if not failing else
+                f"On {subject}, {mism}/{total} elements mismatch CPU eager ({tol}).")
+    elif verdict == Verdict.PASS:
+        head = (f"PASS: XLA matches CPU eager within tolerances ({tol}) on all {total} elements of "
+                f"{len(outputs)} output(s) in {dtype}, {same} of them bit-identical.")
+    else:
+        head = (f"FAIL: {mism}/{total} elements mismatch CPU eager ({tol}), in output(s) {_names(failing)}, "
+                f"in {dtype}.")
+    parts = [head]
+    differing = [o for o in outputs if o.cause is not None]
+    if emulation.startswith("unavailable"):
+        why = emulation.removeprefix("unavailable: ")
+        if differing:
+            parts.append(f"The replays of XLA's program were unavailable ({why}), so the cause of the differences "
+                         f"is neither confirmed nor ruled out.")
+        else:
+            parts.append(f"(The replays of XLA's program were unavailable: {why}.)")
+    by_cause: dict[str, list[OutputParity]] = {}
+    for o in differing:
+        by_cause.setdefault(o.cause, []).append(o)
+    narrow = list(points)
+    if ROUNDING_PLACEMENT in by_cause:
+        os_ = by_cause[ROUNDING_PLACEMENT]
+        n = sum(o.emulated.total for o in os_)
+        parts.append(
+            f"Rounding placement explains output(s) {_names(os_)}: {describe_rounding(narrow)}, where CPU eager "
+            f"need not round (a fused kernel such as addmm rounds once). XLA matches the rounded replay of its "
+            f"program (the same program with every {_narrow_type(narrow)} op computed in f32 and rounded where "
+            f"XLA rounds) bit for bit on {n}/{n} elements, and the exact fp64 replay matches the fp64 golden, so "
+            f"XLA computes the reference's math and only rounds in different places; it is not a lowering bug.")
+    if REASSOCIATION in by_cause:
+        os_ = by_cause[REASSOCIATION]
+        w = max(os_, key=lambda o: o.xla_error)
+        replay = ("XLA is bit-identical to the replay of its program, which rounds nothing to a narrow type"
+                  if all(o.emulated is not None and o.emulated.mismatched == 0 for o in os_)
+                  else f"the rounded replay does not reproduce XLA's evaluation order")
+        parts.append(
+            f"Reassociation explains output(s) {_names(os_)}: the exact fp64 replay of the program matches the "
+            f"fp64 golden and XLA is as accurate as CPU eager (errors {_fmt(w.xla_error)} vs {_fmt(w.cpu_error)}, "
+            f"within {REASSOCIATION_FACTOR:g}x); {replay}, so what differs is the order of evaluation inside ops "
+            f"(summation order of dots and reductions, FMA contraction, approximations of transcendentals). "
+            f"Compare against the fp64 golden with a tolerance of about "
+            f"{_fmt(2 * max(w.xla_error, w.cpu_error))} rather than against CPU eager bit for bit.")
+    if REAL_DIFFERENCE in by_cause:
+        os_ = by_cause[REAL_DIFFERENCE]
+        math_differs = [o for o in os_ if o.same_math is False]
+        if math_differs:
+            u = sum(o.unrounded.mismatched for o in math_differs)
+            t = sum(o.unrounded.total for o in math_differs)
+            w = max(math_differs, key=lambda o: o.unrounded_error)
+            faithful = all(o.emulated.mismatched == 0 for o in math_differs)
+            parts.append(
+                f"A real difference in output(s) {_names(math_differs)}: the program XLA ran is not the "
+                f"reference's math. Replayed in fp64 without rounding it differs from the fp64 golden on {u}/{t} "
+                f"elements (greatest {_fmt(w.unrounded_error)}, beyond the run's rounding error "
+                f"{_fmt(max(w.xla_error, w.cpu_error))})"
+                + ("; XLA itself runs that program faithfully (bit for bit equal to its rounded replay)"
+                   if faithful else "")
+                + ". What fn lowers to (or fn itself) differs from the reference: dump the program "
+                  "(report.hlo_text) and find the op that is not the reference's, or localise it per module "
+                  "(verify(..., localize=True)).")
+        unfaithful = [o for o in os_ if o.same_math]
+        if unfaithful:
+            w = max(unfaithful, key=lambda o: o.xla_error)
+            k = sum(o.emulated.mismatched for o in unfaithful)
+            t = sum(o.emulated.total for o in unfaithful)
+            parts.append(
+                f"A real difference in output(s) {_names(unfaithful)}: the program is the reference's math, but "
+                f"XLA does not execute it as XLA:CPU's roundings predict: it differs from the rounded replay on "
+                f"{k}/{t} elements and its fp64 error {_fmt(w.xla_error)} exceeds {REASSOCIATION_FACTOR:g}x both "
+                f"CPU eager's ({_fmt(w.cpu_error)}) and the replay's ({_fmt(w.emulated_error or 0.0)}). The "
+                f"compiler or runtime changed the numerics; bisect the function or localise it per module.")
+    if UNEXPLAINED in by_cause and not emulation.startswith("unavailable"):
+        parts.append(f"No cause is established for output(s) {_names(by_cause[UNEXPLAINED])}.")
+    if verdict == Verdict.PASS and emulation == "matches" and not differing:
+        parts.append("XLA also equals the rounded replay of its program bit for bit.")
+    parts.append(_golden(outputs) + _scale_words(outputs))
+    if verdict == Verdict.FAIL and set(by_cause) <= {ROUNDING_PLACEMENT, REASSOCIATION}:
+        w = max(outputs, key=lambda o: o.xla_error)
+        parts.append(f"To test this program, compare against the rounded replay (exact) or against the fp64 golden "
+                     f"with a tolerance of about {_fmt(2 * w.xla_error)}; loosening the CPU tolerance hides the "
+                     f"cause and would also hide a real bug.")
+    return " ".join(parts)
+
+
+def _narrow_type(points: Sequence[RoundingPoint]) -> str:
+    return points[0].element_type if points else "narrow-float"

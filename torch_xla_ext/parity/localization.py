@@ -1,0 +1,280 @@
+"""Localisation for any nn.Module: each submodule's own error, apart from what it inherited.
+
+The XLA run is captured per module (:mod:`.capturing`). The reference then runs on the CPU in fp64
+(the golden, from the inputs and parameters rounded to the run's dtype) with the same hooks, and
+inside each module's hook the reference module runs again on the inputs the XLA module received
+(the shadow of torch.ao.ns): in fp64, which gives the module's exact output for those inputs, and
+in the run's dtype on CPU eager, which gives the rounding error CPU eager makes for them. So, per
+module call (errors are greatest absolute differences over its floating-point outputs):
+
+* total error: XLA's output vs the golden's;
+* inherited error: XLA's inputs vs the golden's;
+* own error: XLA's output vs the fp64 shadow (what this module adds);
+* rounding level: CPU eager's shadow vs the fp64 shadow.
+
+A module diverges when its own error exceeds ``DIVERGENCE_FACTOR`` times the rounding level and
+``FLOOR_ULPS`` units of roundoff of its output's scale. Calls are in completion order (a module
+after its children), so the first divergent module is the innermost one where XLA first leaves
+the reference. Both runs happen in one process (:func:`localize`, ``verify(localize=True)``) or
+in two (:func:`~torch_xla_ext.parity.capture.capture` on the XLA host, ``compare_capture`` on a
+CPU machine). Values beyond the dtype's range (the ``finfo.min`` of attention masks) are compared
+as the dtype's extremes.
+
+Example:
+    >>> r = verify(model, (ids,), {"attention_mask": mask}, dtype="bf16", localize=True)  # doctest: +SKIP
+    >>> r.first_divergent_module, print(r.module_table())                                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+from torch_xla_ext.parity import explain as _explain
+from torch_xla_ext.parity import runners
+from torch_xla_ext.parity.capturing import Capture, capture, record_calls
+from torch_xla_ext.parity.errors import CaptureError, ParityError, ParityTypeError
+from torch_xla_ext.parity.report import ModuleParity, ParityReport, Verdict
+
+__all__ = ["DIVERGENCE_FACTOR", "FLOOR_ULPS", "attach", "compare", "localize", "plot_modules"]
+
+# A module's own error beyond this many times CPU eager's rounding error for the same inputs...
+DIVERGENCE_FACTOR = 8.0
+# ...and beyond this many units of roundoff (torch.finfo(dtype).eps) of its output's scale: XLA
+# rounds inside a module where CPU eager may not (each step of a bf16 reduction, each op of an
+# activation CPU fuses), which costs a few units of roundoff; that is rounding placement.
+FLOOR_ULPS = 8.0
+
+
+def _substitute(tree: Any, path: str, mapping: dict[str, Any], convert: Any) -> Any:
+    """``tree`` with the tensors at the paths of ``mapping`` replaced (converted), following the
+    containers ``runners.tensor_leaves`` names (tuples, lists, dicts, named tuples)."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return convert(mapping[path]) if path in mapping else tree
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        return type(tree)(*(_substitute(getattr(tree, f), f"{path}.{f}", mapping, convert) for f in tree._fields))
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_substitute(v, f"{path}[{i}]", mapping, convert) for i, v in enumerate(tree))
+    if isinstance(tree, dict):
+        return {k: _substitute(v, f"{path}[{k!r}]", mapping, convert) for k, v in tree.items()}
+    return tree
+
+
+def _max_error(a: dict[str, Any], b: dict[str, Any], limit: float) -> float:
+    """Greatest |a - b| over the floating-point tensors both name, values clamped to ±limit."""
+    import torch
+
+    worst = 0.0
+    for p, x in a.items():
+        y = b.get(p)
+        if y is None or not x.is_floating_point() or not y.is_floating_point() or x.shape != y.shape:
+            continue
+        if x.numel() == 0:
+            continue
+        xd, yd = x.double().clamp(-limit, limit), y.double().clamp(-limit, limit)
+        d = (xd - yd).abs()
+        d[torch.isnan(xd) & torch.isnan(yd)] = 0.0  # NaN on both sides agrees
+        worst = max(worst, float(torch.nan_to_num(d, nan=math.inf).max()))
+    return worst
+
+
+def _scale(outputs: dict[str, Any], limit: float) -> float:
+    s = 0.0
+    for t in outputs.values():
+        if t.is_floating_point() and t.numel():
+            v = t.double().clamp(-limit, limit).abs()
+            s = max(s, float(v.nan_to_num(0.0).max()))
+    return s
+
+
+def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None = None, *, rtol: float | None = None,
+            atol: float | None = None, seed: int = 0, report: ParityReport | None = None) -> ParityReport:
+    """Per-module comparison of a capture with CPU runs of ``reference``.
+
+    Without ``report``, returns a report whose verdict compares the capture's final outputs with
+    CPU eager (no replays: a capture holds no program); with it, adds the modules to ``report``.
+    """
+    import torch
+
+    from torch_xla_ext.parity.api import _check_inputs, _tolerances, output_parity
+
+    if not isinstance(cap, Capture):
+        raise ParityTypeError(f"capture: expected a parity Capture, got {type(cap).__name__}")
+    if not isinstance(reference, torch.nn.Module):
+        raise ParityTypeError(f"reference: per-module comparison needs an nn.Module, got {type(reference).__name__}")
+    inputs, kwargs = _check_inputs(inputs, kwargs)
+    tol = _tolerances(rtol, atol)
+    tdtype = None if cap.dtype == "input dtypes" else runners.torch_dtype(cap.dtype, "the capture's dtype")
+    limit = float(torch.finfo(tdtype or torch.float32).max)
+    eps = float(torch.finfo(tdtype or torch.float32).eps)
+    xla_calls = {(c.path, c.call): c for c in cap.calls}
+    t0 = time.perf_counter()
+    found: dict[tuple[str, int], dict[str, float]] = {}
+
+    with runners.user_rng_preserved():
+        torch.manual_seed(seed)
+        cpu_model = runners.prepare(reference, "cpu", tdtype)
+        cpu_modules = dict(cpu_model.named_modules())
+        golden_model = runners.prepare(runners.prepare(reference, "cpu", tdtype), "cpu", torch.float64)
+        to64 = lambda t: t.detach().to(torch.float64).clone() if t.is_floating_point() else t.clone()  # noqa: E731
+        as_run = lambda t: t.detach().clone()  # noqa: E731
+
+        def on_call(module: Any, path: str, n: int, a: tuple, k: dict, out: Any, golden_in: dict) -> None:
+            xla = xla_calls.get((path, n))
+            if xla is None:
+                raise CaptureError(f"the capture has no call {n} of module {path or '<root>'}: the XLA run and the "
+                                   f"reference take different paths through the model")
+            sa, sk = _substitute((a, k), "", xla.inputs, to64)
+            shadow = runners.call(f"fp64 shadow of {path or '<root>'}", module, sa, sk)
+            ca, ck = _substitute((a, k), "", xla.inputs, as_run)
+            if tdtype is not None:
+                ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
+            cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", cpu_modules[path], ca, ck)
+            shadow_leaves = dict(runners.tensor_leaves(shadow))
+            golden_out = dict(runners.tensor_leaves(out))
+            found[(path, n)] = {
+                "own": _max_error(xla.outputs, shadow_leaves, limit),
+                "rounding": _max_error(dict(runners.tensor_leaves(cpu_shadow)), shadow_leaves, limit),
+                "total": _max_error(xla.outputs, golden_out, limit),
+                "inherited": _max_error(xla.inputs, golden_in, limit),
+                "scale": _scale(golden_out, limit),
+            }
+
+        torch.manual_seed(seed)
+        with runners.default_dtype(torch.float64):
+            golden_calls, golden_out = record_calls(golden_model,
+                                                    runners.move(runners.move(inputs, "cpu", tdtype), "cpu",
+                                                                 torch.float64),
+                                                    runners.move(runners.move(kwargs, "cpu", tdtype), "cpu",
+                                                                 torch.float64),
+                                                    stage="fp64 golden", on_call=on_call)
+    modules = []
+    for order, c in enumerate(golden_calls):
+        e = found[(c.path, c.call)]
+        floor = FLOOR_ULPS * eps * e["scale"]
+        diverges = e["own"] > DIVERGENCE_FACTOR * e["rounding"] and e["own"] > floor
+        modules.append(ModuleParity(c.path, c.call, c.depth, order, e["total"], e["inherited"], e["own"],
+                                    e["rounding"], e["scale"], diverges))
+    first = next((m for m in modules if m.diverges), None)
+    seconds = {"compare modules": time.perf_counter() - t0}
+    words = _modules_words(modules, first)
+    if report is not None:
+        return dataclasses.replace(report, modules=tuple(modules), first_divergent_module=first.name if first else None,
+                                   explanation=report.explanation + " " + words,
+                                   seconds={**report.seconds, **seconds})
+    # A report of its own: the capture's final outputs against CPU eager and the golden.
+    with runners.user_rng_preserved():
+        cpu, seconds["cpu"] = runners.run_cpu(reference, inputs, kwargs, tdtype, seed)
+    golden = dict(runners.float_leaves(golden_out, "the reference"))
+    outputs = []
+    for path, c in cpu:
+        if path not in cap.outputs:
+            raise CaptureError(f"the capture has no output {path or '<root>'} (it has {sorted(cap.outputs)})")
+        o = output_parity(path, cap.outputs[path], c, golden[path], tol)
+        outputs.append(dataclasses.replace(o, cause=_explain.output_cause(o, False)))
+    verdict = Verdict.PASS if all(o.xla_vs_cpu.passed for o in outputs) else Verdict.FAIL
+    status = f"unavailable: a capture holds no program (captured on {cap.device}, compared on the CPU)"
+    explanation = _explain.explain(verdict, outputs, status, (), cap.dtype) + " " + words
+    return ParityReport(verdict, explanation, cap.dtype, rtol, atol, outputs=tuple(outputs), emulation=status,
+                        modules=tuple(modules), first_divergent_module=first.name if first else None,
+                        seconds=seconds)
+
+
+def _modules_words(modules: list[ModuleParity], first: ModuleParity | None) -> str:
+    if not modules:
+        return ""
+    if first is None:
+        worst = max(modules, key=lambda m: m.own_to_rounding if math.isfinite(m.own_to_rounding) else 0.0)
+        return (f"Per module ({len(modules)} calls): no module's own error exceeds {DIVERGENCE_FACTOR:g}x CPU "
+                f"eager's rounding error for the same inputs, so the outputs' error accumulates from rounding "
+                f"(greatest ratio {worst.own_to_rounding:.3g}, at {worst.name}).")
+    before = [m for m in modules if m.order < first.order]
+    return (f"Per module ({len(modules)} calls): the first divergent module is {first.name}: its own error "
+            f"{first.own_error:.3g} (on the inputs XLA gave it) is {first.own_to_rounding:.3g}x CPU eager's rounding "
+            f"error {first.rounding_level:.3g} for the same inputs, while it inherited {first.inherited_error:.3g}; "
+            f"the {len(before)} module call(s) that finished before it stay within rounding. Start looking there "
+            f"(report.module_table()).")
+
+
+def attach(report: ParityReport, fn: Any, reference: Any, inputs: tuple, kwargs: dict, dtype: Any,
+           seed: int) -> ParityReport:
+    """``report`` with the per-module localisation of ``fn`` (captured on XLA) against ``reference``."""
+    import torch
+
+    if not isinstance(fn, torch.nn.Module) or not isinstance(reference, torch.nn.Module):
+        raise ParityTypeError("localize: per-module localisation needs fn (and the reference) to be nn.Modules")
+    try:
+        cap = capture(fn, inputs, kwargs, dtype=dtype, seed=seed)
+    except runners.UserFailure as f:  # it ran once already: report it rather than lose the verdict
+        return dataclasses.replace(report, explanation=report.explanation + f" The per-module capture failed "
+                                   f"({f}); no localisation.")
+    return compare(cap, reference, inputs, kwargs, rtol=report.rtol, atol=report.atol, seed=seed, report=report)
+
+
+def localize(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: Any) -> ParityReport:
+    """:func:`~torch_xla_ext.parity.verify` with the per-module localisation (``localize=True``).
+
+    Example:
+        >>> r = localize(model, (ids,), {"attention_mask": mask}, dtype="bf16")  # doctest: +SKIP
+        >>> r.first_divergent_module                                              # doctest: +SKIP
+    """
+    from torch_xla_ext.parity.api import verify
+
+    if "localize" in options:
+        raise ParityError("localize: takes verify's options except localize")
+    return verify(fn, inputs, kwargs, localize=True, **options)
+
+
+def plot_modules(report: ParityReport, path: str) -> str:
+    """A PNG of each module's errors by module depth (left: own error vs the rounding level per
+    module call in completion order; right: own/rounding ratio by depth). Returns ``path``.
+
+    Example:
+        >>> plot_modules(verify(model, (x,), dtype="bf16", localize=True), "modules.png")  # doctest: +SKIP
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not isinstance(report, ParityReport):
+        raise ParityTypeError(f"report: expected a ParityReport, got {type(report).__name__}")
+    if not report.modules:
+        raise ParityError("report: has no per-module localisation (verify(..., localize=True))")
+    ms = list(report.modules)
+    tiny = 1e-12
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [3, 1]})
+    xs = range(len(ms))
+    ax.semilogy(xs, [max(m.total_error, tiny) for m in ms], ".-", color="#999999", label="total error (vs fp64)")
+    ax.semilogy(xs, [max(m.inherited_error, tiny) for m in ms], ".", color="#dd8452", label="inherited (inputs)")
+    ax.semilogy(xs, [max(m.own_error, tiny) for m in ms], "o", color="#4c72b0", label="own (shadow)")
+    ax.semilogy(xs, [max(m.rounding_level, tiny) for m in ms], "_", color="#55a868", markersize=10,
+                label="CPU eager's rounding, same inputs")
+    for i, m in enumerate(ms):
+        if m.diverges:
+            ax.axvline(i, color="#c44e52", alpha=0.25 if m.name != report.first_divergent_module else 0.9)
+    if len(ms) <= 60:
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([("  " * m.depth) + m.name.split(".")[-1] if m.path else "<root>" for m in ms],
+                           rotation=90, fontsize=6)
+    ax.set_xlabel("module call (completion order: children before parents)")
+    ax.set_ylabel("greatest absolute error")
+    title = report.first_divergent_module or "none"
+    ax.set_title(f"{report.dtype}: first divergent module: {title}", fontsize=9)
+    ax.legend(fontsize=7)
+    depths = sorted({m.depth for m in ms})
+    ratios = [max((min(m.own_to_rounding, 1e6) for m in ms if m.depth == d), default=0.0) for d in depths]
+    ax2.bar([str(d) for d in depths], [max(r, tiny) for r in ratios], color="#4c72b0")
+    ax2.axhline(DIVERGENCE_FACTOR, color="#c44e52", linestyle="--", label=f"divergence ({DIVERGENCE_FACTOR:g}x)")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("module depth")
+    ax2.set_ylabel("greatest own / rounding")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,306 @@
+"""Replays of the XLA run's program, compiled by XLA itself through JAX's CPU client.
+
+Two rewrites of the StableHLO module (:mod:`torch_xla_ext.parity.stablehlo`):
+
+* **rounded**: every bf16/f16 value is computed in f32, which is what XLA:CPU does, and a
+  ``stablehlo.reduce_precision`` (e8m7 for bf16, e5m10 for f16) follows every op whose result
+  the program rounds, per cc/parity's rounding analysis (reduction bodies round each step; a
+  convert to f32 of an elementwise op, a dot or a convolution reads the unrounded value: XLA's
+  excess precision). f32 and f64 ops keep their types, so XLA compiles them as in the original
+  program (same fusion, summation order, FMA contraction and f32 approximations of
+  transcendentals). On the zoo this replay is bit-identical to torch_xla's XLA run.
+* **exact**: every float is f64 and nothing rounds: the program's math, to compare with an fp64
+  run of the reference.
+
+Either replay covers every op XLA compiles (gather, convolution, batch-norm, pad, reduce-window,
+select-and-scatter, while loops, calls, ...): XLA executes it, nothing is interpreted here.
+
+Example:
+    >>> program = Program.from_hlo_proto(proto)              # doctest: +SKIP
+    >>> rounded = Replay(program, rounded=True)(graph_args)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from torch_xla_ext._ext import parity as _core
+from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
+from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, _first_line, build_graph, functions, parse
+
+__all__ = ["NARROW_FORMATS", "Replay", "replay"]
+
+# (exponent bits, mantissa bits) of each narrow float (cc/parity's IsNarrowFloat says which are).
+NARROW_FORMATS = {"bf16": (8, 7), "f16": (5, 10)}
+# torch_xla's SPMD annotation: the value is unchanged (one device here).
+_IDENTITY_CUSTOM_CALLS = frozenset({"Sharding"})
+_SHARDING_ATTRS = ("mhlo.sharding",)
+_MODULE_SPMD_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas", "mhlo.spmd_output_sharding",
+                      "mhlo.spmd_parameters_shardings")
+
+
+def _numpy_dtype(et: str) -> np.dtype:
+    import ml_dtypes
+
+    table = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32, "f64": np.float64,
+             "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+             "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64}
+    if et not in table:
+        raise ReplayError(f"main takes an argument of element type {et}, which the replay cannot pass")
+    return np.dtype(table[et])
+
+
+class _Rewriter:
+    """Retypes one parsed module in place and inserts the rounding of the rounded replay."""
+
+    def __init__(self, rounded: bool):
+        from jax.extend.mlir import ir
+
+        self.ir = ir
+        self.rounded = rounded
+
+    def target(self, t: Any) -> Any | None:
+        """The replay's type for a value of type ``t``, or None when it keeps ``t``."""
+        ir = self.ir
+        if not ir.RankedTensorType.isinstance(t):
+            return None
+        rt = ir.RankedTensorType(t)
+        et = str(rt.element_type)
+        if self.rounded:
+            new = ir.F32Type.get() if _core.is_narrow_float(et) else None
+        else:
+            new = ir.F64Type.get() if et in ("bf16", "f16", "f32") else None
+        return None if new is None else ir.RankedTensorType.get(rt.shape, new)
+
+    def op(self, name: str, operands: list, result_type: Any, before: Any, attributes: dict | None = None) -> Any:
+        with self.ir.InsertionPoint(before):
+            return self.ir.Operation.create(name, results=[result_type], operands=operands,
+                                            attributes=attributes or {}).results[0]
+
+    def convert(self, value: Any, t: Any, before: Any) -> Any:
+        return self.op("stablehlo.convert", [value], t, before)
+
+    def round(self, value: Any, element_type: str, before: Any) -> Any:
+        ir = self.ir
+        e, m = NARROW_FORMATS[element_type]
+        i32 = ir.IntegerType.get_signless(32)
+        return self.op("stablehlo.reduce_precision", [value], value.type, before,
+                       {"exponent_bits": ir.IntegerAttr.get(i32, e), "mantissa_bits": ir.IntegerAttr.get(i32, m)})
+
+    def function(self, fg: FunctionGraph) -> None:
+        ir = self.ir
+        is_main = fg.name == "main"
+        body = fg.func.regions[0].blocks[0]
+        terminator = list(body.operations)[-1].operation
+        first = fg.ops[0] if fg.ops else terminator
+        for a in body.arguments:
+            t = self.target(a.type)
+            if t is None:
+                continue
+            if is_main:  # callers pass the original dtypes; widen once at the entry (exact)
+                c = self.convert(a, t, first)
+                a.replace_all_uses_except(c, c.owner)
+            else:
+                a.set_type(t)
+        erased: set[int] = set()
+        for i, op in enumerate(fg.ops):
+            for attr in _SHARDING_ATTRS:
+                if attr in op.attributes:
+                    del op.attributes[attr]
+            kind = _core.op_class(op.name)
+            if op.name == "stablehlo.custom_call" and _custom_call_target(op) in _IDENTITY_CUSTOM_CALLS:
+                src = op.operands[0]
+                op.results[0].replace_all_uses_with(src)
+                erased.add(i)
+                continue
+            if op.name == "stablehlo.custom_call" and _custom_call_target(op).startswith("SPMD"):
+                raise ReplayError(f"{fg.name}: custom_call @{_custom_call_target(op)} (SPMD manual sharding) "
+                                  f"changes shapes per device; the replay runs one device")
+            if kind == "opaque":
+                self._opaque(fg, i)
+                continue
+            for region in op.regions:
+                for blk in region.blocks:
+                    for a in blk.arguments:
+                        t = self.target(a.type)
+                        if t is not None:
+                            a.set_type(t)
+            for r in op.results:
+                t = self.target(r.type)
+                if t is not None:
+                    r.set_type(t)
+        if self.rounded:
+            for p in fg.analysis["points"]:
+                if p["op"] in erased:
+                    continue
+                op = fg.ops[p["op"]]
+                r = op.results[p["result"]]
+                rounded = self.round(r, p["element_type"], fg.next_op[p["op"]])
+                r.replace_all_uses_except(rounded, rounded.owner)
+                for user, operand in p["unrounded_uses"]:  # excess precision: these read it unrounded
+                    fg.ops[user].operands[operand] = r
+        for i in sorted(erased, reverse=True):
+            fg.ops[i].erase()
+        inputs = [t for t in ir.FunctionType(ir.TypeAttr(fg.func.attributes["function_type"]).value).inputs] \
+            if is_main else [a.type for a in body.arguments]
+        outputs = [v.type for v in terminator.operands]
+        fg.func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, outputs))
+        for attr in ("arg_attrs", "res_attrs"):  # shardings and layouts of the original types
+            if attr in fg.func.attributes:
+                del fg.func.attributes[attr]
+
+    def _opaque(self, fg: FunctionGraph, index: int) -> None:
+        """Constants, custom calls, bitcasts keep their types: convert around them."""
+        op = fg.ops[index]
+        for j, vid in enumerate(fg.operand_ids[index]):
+            original = fg.mlir_types[vid]
+            if op.operands[j].type != original:
+                op.operands[j] = self.convert(op.operands[j], original, op)
+        for r in op.results:
+            t = self.target(r.type)
+            if t is not None:
+                c = self.convert(r, t, fg.next_op[index])
+                r.replace_all_uses_except(c, c.owner)
+
+
+def _custom_call_target(op: Any) -> str:
+    from jax.extend.mlir import ir
+
+    attr = op.attributes["call_target_name"] if "call_target_name" in op.attributes else None
+    return ir.StringAttr(attr).value if attr is not None else ""
+
+
+def _with_intermediates(module: Any) -> list[tuple[str, int]]:
+    """Adds every float value computed at main's top level to its results (for per-op errors);
+    returns (op location name, index among main's top-level ops) per added result, in order."""
+    from jax.extend.mlir import ir
+
+    from torch_xla_ext.parity.stablehlo import _location_name
+
+    main = next(f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == "main")
+    body = main.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations]
+    ret = ops[-1]
+    added, names = [], []
+    for k, op in enumerate(ops[:-1]):
+        if op.name in ("stablehlo.constant",) or len(op.results) != 1:
+            continue
+        r = op.results[0]
+        if ir.RankedTensorType.isinstance(r.type) and str(ir.RankedTensorType(r.type).element_type) in (
+                "bf16", "f16", "f32", "f64"):
+            added.append(r)
+            names.append((_location_name(op.location) or f"%{k}", k))
+    with ir.InsertionPoint(ret):
+        ir.Operation.create("func.return", operands=list(ret.operands) + added)
+    ret.erase()
+    ft = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    main.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(list(ft.inputs), list(ft.results) + [v.type for v in added]))
+    if "res_attrs" in main.attributes:
+        del main.attributes["res_attrs"]
+    return names
+
+
+class Replay:
+    """One compiled replay of a :class:`Program`, callable many times.
+
+    ``rounded=True``: XLA:CPU's compute types with its roundings; ``rounded=False``: exact fp64.
+    With ``intermediates``, main also returns every float value it computes at its top level
+    (after the program's own results), listed in ``intermediates`` as (HLO instruction name,
+    index among main's top-level ops). ``seconds`` holds the
+    rewrite and compile times. Calling it with main's arguments (numpy arrays in their original
+    dtypes; bfloat16 as ml_dtypes.bfloat16) returns main's results as numpy arrays.
+
+    Example:
+        >>> rounded = Replay(Program(text), rounded=True)   # doctest: +SKIP
+        >>> out = rounded([x, y])                            # doctest: +SKIP
+    """
+
+    def __init__(self, program: Program, *, rounded: bool, intermediates: bool = False):
+        from jax.extend.mlir import ir
+        import jax
+
+        from torch_xla_ext._compat import jax_mlir
+
+        if not isinstance(program, Program):
+            raise ParityTypeError(f"program: expected a parity Program, got {type(program).__name__}")
+        self.rounded = rounded
+        self.mode = "rounded" if rounded else "exact"
+        self.seconds: dict[str, float] = {}
+        t0 = time.perf_counter()
+        ctx, module = parse(program.text, "the program")
+        with ctx, ir.Location.unknown():
+            # (HLO name, index among main's top-level ops) of each extra result.
+            self.intermediates = _with_intermediates(module) if intermediates else []
+            graphs = [build_graph(f, program.excess_precision) for f in functions(module)]
+            main = next((g for g in graphs if g.name == "main"), None)
+            if main is None:
+                raise ReplayError("the module has no function 'main'")
+            self.arg_types = [(shape, et) for shape, et in main.value_types[:main.num_args]]
+            self.num_results = len(main.returned) - len(self.intermediates)  # the program's own results
+            rewriter = _Rewriter(rounded)
+            for g in graphs:
+                rewriter.function(g)
+            for attr in _MODULE_SPMD_ATTRS:
+                if attr in module.operation.attributes:
+                    del module.operation.attributes[attr]
+            try:
+                module.operation.verify()
+            except ir.MLIRError as e:
+                raise ReplayError(f"the {self.mode} replay does not verify: {_first_line(e)}") from None
+            self.text = str(module) if intermediates else None
+            self.seconds["rewrite"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            try:
+                # The exact replay is fp64, where evaluation order is far below the tolerances:
+                # LLVM's level 0 compiles it several times faster. The rounded replay keeps XLA's
+                # default, whose f32 code (FMA contraction, vectorised reductions) it reproduces.
+                self.executable = jax_mlir.compile_on_cpu(module, optimize=rounded)
+            except jax.errors.JaxRuntimeError as e:
+                raise ReplayError(f"XLA cannot compile the {self.mode} replay: {_first_line(e)}") from None
+            self.seconds["compile"] = time.perf_counter() - t1
+
+    def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
+        from torch_xla_ext._compat import jax_mlir
+
+        args = list(args)
+        if len(args) != len(self.arg_types):
+            raise ParityError(f"args: main takes {len(self.arg_types)} arguments, got {len(args)}")
+        arrays = []
+        for k, (a, (shape, et)) in enumerate(zip(args, self.arg_types)):
+            want = _numpy_dtype(et)
+            arr = np.asarray(a)
+            if list(arr.shape) != shape or arr.dtype != want:
+                raise ParityError(f"args[{k}]: main's argument {k} is {et}{shape}, got {arr.dtype}{list(arr.shape)}")
+            arrays.append(np.ascontiguousarray(arr))
+        t0 = time.perf_counter()
+        out = jax_mlir.execute_on_cpu(self.executable, arrays)
+        self.seconds["run"] = time.perf_counter() - t0
+        return out
+
+
+def replay(program: Program | str | bytes, args: Sequence[Any], *, rounded: bool = True) -> list[np.ndarray]:
+    """Runs ``program`` (a :class:`Program`, StableHLO text, or a serialized HloModuleProto) on
+    ``args`` with XLA:CPU's roundings (``rounded=True``) or exactly in fp64.
+
+    Example:
+        >>> text = '''func.func @main(%x: tensor<2xbf16>, %y: tensor<2xbf16>) -> tensor<2xbf16> {
+        ...   %0 = stablehlo.multiply %x, %y : tensor<2xbf16>
+        ...   return %0 : tensor<2xbf16>
+        ... }'''
+        >>> import ml_dtypes
+        >>> x = np.array([1.0078125, 3.0], ml_dtypes.bfloat16)
+        >>> replay(text, [x, x])[0].tolist(), replay(text, [x, x], rounded=False)[0].tolist()
+        ([1.015625, 9.0], [1.01568603515625, 9.0])
+    """
+    if isinstance(program, (bytes, bytearray)):
+        program = Program.from_hlo_proto(bytes(program))
+    elif isinstance(program, str):
+        program = Program(program)
+    elif not isinstance(program, Program):
+        raise ParityTypeError(f"program: expected a Program, StableHLO text or HloModuleProto bytes, "
+                              f"got {type(program).__name__}")
+    return Replay(program, rounded=rounded)(args)

@@ -1,0 +1,279 @@
+"""The report types of parity: the verdict, per-output, per-layer and per-module findings."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from typing import Any
+
+from torch_xla_ext import numerics
+from torch_xla_ext.parity.stablehlo import RoundingPoint
+
+__all__ = ["CAUSES", "LayerParity", "ModuleParity", "OutputParity", "ParityReport", "Verdict"]
+
+# What explains an output's difference from CPU eager (None: there is none, bit for bit).
+ROUNDING_PLACEMENT = "rounding placement"
+REASSOCIATION = "reassociation"
+REAL_DIFFERENCE = "real difference"
+UNEXPLAINED = "unexplained"  # the replays were unavailable, so no cause is established
+CAUSES = (ROUNDING_PLACEMENT, REASSOCIATION, REAL_DIFFERENCE, UNEXPLAINED)
+
+
+class Verdict(str, enum.Enum):
+    """The outcome, in the manner of pytorch/xla's benchmarks verifier."""
+
+    PASS = "PASS"  # XLA matches CPU eager within the tolerances.
+    FAIL = "FAIL"  # It does not; the explanation says which cause accounts for it.
+    NONDETERMINISTIC_REFERENCE = "NONDETERMINISTIC_REFERENCE"  # two CPU runs disagree.
+    EXCEPTION = "EXCEPTION"  # the user's function raised on a backend; nothing was compared.
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _finite(v: Any) -> Any:
+    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputParity:
+    """One floating-point output, named by its pytree path (``.logits``, ``[0]``).
+
+    Errors are against the fp64 golden: greatest and mean absolute error. ``emulated`` compares
+    XLA with the rounded replay exactly (rtol = atol = 0); ``unrounded`` the exact replay with
+    the golden; None when the replays did not run. ``scale`` is the golden's greatest magnitude;
+    ``max_diff_to_scale`` the greatest XLA-vs-CPU difference divided by it, and
+    ``max_ulp_magnitude`` the magnitude of the element with the greatest ULP distance (near zero,
+    large ULP counts are small differences). ``significant`` compares only the elements above
+    1e-3 of the scale. ``cause`` is one of ``CAUSES`` (None when XLA equals CPU bit for bit).
+    """
+
+    path: str
+    xla_vs_cpu: numerics.CompareReport
+    xla_error: float
+    cpu_error: float
+    xla_mean_error: float
+    cpu_mean_error: float
+    closer: str  # "xla", "cpu" or "tie": which is closer to the golden
+    scale: float = 0.0
+    max_diff_to_scale: float = 0.0
+    max_ulp_magnitude: float = 0.0
+    significant: numerics.CompareReport | None = None
+    emulated: numerics.CompareReport | None = None
+    emulated_error: float | None = None
+    unrounded: numerics.CompareReport | None = None
+    unrounded_error: float | None = None
+    same_math: bool | None = None
+    cause: str | None = None
+
+    @property
+    def bit_identical(self) -> bool:
+        r = self.xla_vs_cpu
+        return r.ulp_histogram.get("0", 0) == r.total
+
+    def to_dict(self) -> dict[str, Any]:
+        keys = ("path", "xla_error", "cpu_error", "xla_mean_error", "cpu_mean_error", "closer", "scale",
+                "max_diff_to_scale", "max_ulp_magnitude", "emulated_error", "unrounded_error", "same_math", "cause")
+        d = {k: _finite(getattr(self, k)) for k in keys}
+        for k in ("xla_vs_cpu", "significant", "emulated", "unrounded"):
+            v = getattr(self, k)
+            d[k] = v.to_dict() if v is not None else None
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerParity:
+    """One layer of a scanned stack: scan vs the Python loop on XLA (exact), XLA (scan) vs CPU
+    eager (with the tolerances), and both against the fp64 golden. ``cause``: "rounding
+    placement" (bit-identical to the per-layer rounded replay of the scan's program, whose exact
+    replay matches the golden), "reassociation" (same math, XLA as accurate as CPU eager),
+    "real difference", or "unexplained" (no replay)."""
+
+    index: int
+    scan_vs_loop: numerics.CompareReport
+    xla_vs_cpu: numerics.CompareReport
+    xla_error: float
+    cpu_error: float
+    cause: str | None = UNEXPLAINED  # None: bit-identical to CPU eager
+
+    @property
+    def rounding_explained(self) -> bool:
+        return self.cause in (ROUNDING_PLACEMENT, REASSOCIATION)
+
+    @property
+    def diverges(self) -> bool:
+        """Scan differs from the loop, or XLA differs from CPU eager for a reason other than
+        where or in which order it rounds."""
+        if not self.scan_vs_loop.passed:
+            return True
+        return not self.xla_vs_cpu.passed and not self.rounding_explained
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "diverges": self.diverges, "cause": self.cause,
+                "scan_vs_loop": self.scan_vs_loop.to_dict(), "xla_vs_cpu": self.xla_vs_cpu.to_dict(),
+                "xla_error": _finite(self.xla_error), "cpu_error": _finite(self.cpu_error)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleParity:
+    """One call of one submodule, by its nn.Module path (``model.layers.3.mlp.down_proj``;
+    ``call`` counts repeated calls of a shared module).
+
+    Errors are greatest absolute differences over the module's floating-point outputs:
+    ``total_error``: XLA's output vs the fp64 golden run's; ``inherited_error``: XLA's inputs
+    vs the golden's (what earlier modules passed on); ``own_error``: XLA's output vs the
+    reference module in fp64 run on the inputs XLA's module received (the shadow of torch.ao.ns:
+    the module's own contribution); ``rounding_level``: CPU eager's error for the same module on
+    the same inputs (what rounding in the dtype costs). ``diverges`` when the own error is beyond
+    rounding level (see ``localization.DIVERGENCE_FACTOR``).
+    """
+
+    path: str
+    call: int
+    depth: int
+    order: int  # completion order: a module finishes after its children
+    total_error: float
+    inherited_error: float
+    own_error: float
+    rounding_level: float
+    scale: float
+    diverges: bool
+
+    @property
+    def name(self) -> str:
+        base = self.path or "<root>"
+        return base if self.call == 0 else f"{base}#{self.call}"
+
+    @property
+    def own_to_rounding(self) -> float:
+        if self.own_error == 0:
+            return 0.0
+        return self.own_error / self.rounding_level if self.rounding_level > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: _finite(getattr(self, k)) for k in (
+            "path", "call", "depth", "order", "total_error", "inherited_error", "own_error", "rounding_level",
+            "scale", "diverges")}
+        d["own_to_rounding"] = _finite(self.own_to_rounding)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityReport:
+    """The outcome of :func:`verify`, :func:`scan_layers`, :func:`localize` or
+    :func:`compare_capture`.
+
+    ``emulation`` is "matches" when XLA equals the rounded replay bit for bit on every output,
+    "differs" when it does not, or "unavailable: <why>". ``hlo_math`` is "same" when the exact
+    fp64 replay matches the fp64 golden (the program computes the reference's math), "differs",
+    or "unavailable". ``rounding_points`` are the ops where XLA stores a bf16/f16 result; those
+    with ``after`` set round twice in a row. ``modules`` is the per-module localisation (when
+    asked for), ``first_divergent_module`` its first module whose own error is beyond rounding.
+    ``seconds`` times each stage.
+    """
+
+    verdict: Verdict
+    explanation: str
+    dtype: str
+    rtol: float | None
+    atol: float | None
+    outputs: tuple[OutputParity, ...] = ()
+    emulation: str = "unavailable: not run"
+    hlo_math: str = "unavailable"
+    rounding_points: tuple[RoundingPoint, ...] = ()
+    nondeterminism: tuple[str, numerics.CompareReport] | None = None
+    exception: str | None = None
+    stage: str | None = None
+    layers: tuple[LayerParity, ...] = ()
+    first_divergent_layer: int | None = None
+    first_mismatched_layer: int | None = None
+    modules: tuple[ModuleParity, ...] = ()
+    first_divergent_module: str | None = None
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    hlo_text: str | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == Verdict.PASS
+
+    @property
+    def causes(self) -> dict[str, str | None]:
+        """Each output's cause by path."""
+        return {o.path: o.cause for o in self.outputs}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "verdict": self.verdict.value, "explanation": self.explanation, "dtype": self.dtype,
+            "rtol": self.rtol, "atol": self.atol, "emulation": self.emulation, "hlo_math": self.hlo_math,
+            "outputs": [o.to_dict() for o in self.outputs],
+            "rounding_points": [dataclasses.asdict(p) for p in self.rounding_points],
+            "exception": self.exception, "stage": self.stage,
+            "layers": [l.to_dict() for l in self.layers],
+            "first_divergent_layer": self.first_divergent_layer,
+            "first_mismatched_layer": self.first_mismatched_layer,
+            "modules": [m.to_dict() for m in self.modules],
+            "first_divergent_module": self.first_divergent_module,
+            "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+        }
+        if self.nondeterminism:
+            d["nondeterminism"] = {"path": self.nondeterminism[0], "report": self.nondeterminism[1].to_dict()}
+        return d
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def module_table(self) -> str:
+        """The per-module localisation as a text table (completion order: children first)."""
+        if not self.modules:
+            return ""
+        width = max(len(m.name) + 2 * m.depth for m in self.modules)
+        lines = [f"{'module':{width}s}  {'own err':>9s}  {'rounding':>9s}  {'own/rnd':>7s}  "
+                 f"{'inherited':>9s}  {'total err':>9s}"]
+        for m in self.modules:
+            ratio = m.own_to_rounding
+            lines.append(
+                f"{'  ' * m.depth + m.name:{width}s}  {m.own_error:9.3g}  {m.rounding_level:9.3g}  "
+                f"{ratio if math.isfinite(ratio) else float('inf'):7.3g}  {m.inherited_error:9.3g}  "
+                f"{m.total_error:9.3g}"
+                + ("  <- first divergent" if m.name == self.first_divergent_module else
+                   ("  diverges" if m.diverges else "")))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        lines = [f"Parity verdict: {self.verdict.value} ({self.dtype})", "", self.explanation]
+        for o in self.outputs:
+            r = o.xla_vs_cpu
+            lines += [
+                "",
+                f"output {o.path or '<root>'} {list(r.shape)}: {o.cause or 'bit-identical to CPU eager'}",
+                f"  XLA vs CPU eager: {r.mismatched}/{r.total} mismatched (rtol={r.rtol:g}, atol={r.atol:g}), "
+                f"{r.ulp_histogram.get('0', 0)}/{r.total} bit-identical, max ULP {r.max_ulp} at an element of "
+                f"magnitude {o.max_ulp_magnitude:.3g}; greatest difference {o.max_diff_to_scale:.3g} of the "
+                f"output's scale {o.scale:.3g}"
+                + (f"; above 1e-3 of the scale, max ULP {o.significant.max_ulp}" if o.significant else ""),
+                f"  vs fp64 golden: XLA max {o.xla_error:.3g} (mean {o.xla_mean_error:.3g}), "
+                f"CPU max {o.cpu_error:.3g} (mean {o.cpu_mean_error:.3g}); closer: {o.closer}",
+            ]
+            if o.emulated is not None:
+                e = o.emulated
+                lines.append(f"  XLA vs rounded replay: {e.total - e.mismatched}/{e.total} bit-identical"
+                             + (f"; replay's max error vs fp64 {o.emulated_error:.3g}"
+                                if o.emulated_error is not None else ""))
+            if o.unrounded is not None:
+                words = {True: "same math", False: "different math", None: "unknown"}[o.same_math]
+                lines.append(f"  exact fp64 replay vs fp64 golden: {o.unrounded.mismatched}/{o.unrounded.total} "
+                             f"mismatched at fp64 tolerances, max error {o.unrounded_error:.3g} ({words})")
+        if self.layers:
+            lines += ["", "layer  scan==loop  XLA vs CPU mismatched  XLA err    CPU err"]
+            for l in self.layers:
+                lines.append(
+                    f"{l.index:5d}  {'yes' if l.scan_vs_loop.passed else 'NO':>10}  "
+                    f"{l.xla_vs_cpu.mismatched:>9}/{l.xla_vs_cpu.total:<10}  {l.xla_error:<9.3g}  {l.cpu_error:.3g}"
+                    + (f"   ({l.cause})" if l.cause else "")
+                    + ("   <- first divergent" if l.index == self.first_divergent_layer else ""))
+        if self.modules:
+            lines += ["", "per module (errors vs fp64; own = the module on the inputs XLA gave it):",
+                      self.module_table()]
+        return "\n".join(lines)

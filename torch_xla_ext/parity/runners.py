@@ -1,0 +1,263 @@
+"""Running a function on XLA, on CPU eager and in fp64: dtypes, devices, pytree outputs, the RNG.
+
+Only the user's function runs inside ``UserFailure``'s net: an exception it raises on a backend
+becomes ``Verdict.EXCEPTION``; anything else (bad arguments, our own code) raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from torch_xla_ext.parity.errors import HloCaptureError, ParityError, ParityTypeError
+
+__all__ = ["UserFailure", "XlaRun", "call", "float_leaves", "move", "prepare", "run_cpu", "run_xla", "torch_dtype",
+           "to_numpy", "user_rng_preserved"]
+
+_DTYPE_NAMES = {
+    "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f16": "float16", "float16": "float16",
+    "half": "float16", "fp32": "float32", "f32": "float32", "float32": "float32", "float": "float32",
+    "fp64": "float64", "f64": "float64", "float64": "float64", "double": "float64",
+}
+
+
+def torch_dtype(dtype: Any, what: str = "dtype"):
+    """A torch floating dtype from "bf16"/"fp32"/... or a torch.dtype; None stays None."""
+    import torch
+
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ParityError(f"{what}: expected a floating-point dtype, got {dtype}")
+        return dtype
+    if not isinstance(dtype, str):
+        raise ParityTypeError(f"{what}: expected one of bf16, fp16, fp32, fp64 or a torch.dtype, got "
+                              f"{type(dtype).__name__}")
+    name = _DTYPE_NAMES.get(dtype.removeprefix("torch.").lower())
+    if name is None:
+        raise ParityError(f"{what}: expected one of bf16, fp16, fp32, fp64 or a torch.dtype, got {dtype!r}")
+    return getattr(torch, name)
+
+
+class UserFailure(Exception):
+    """The user's function (or reference) raised while running at ``stage``."""
+
+    def __init__(self, stage: str, error: BaseException):
+        super().__init__(f"{stage}: {type(error).__name__}: {error}")
+        self.stage, self.error = stage, error
+
+
+def move(value: Any, device: Any, dtype: Any) -> Any:
+    """Tensors of ``value`` (args tuple, kwargs dict, nested containers) detached, floats cast to
+    ``dtype`` on the CPU first (so XLA receives data already in dtype, not a convert), moved."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def one(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        t = t.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to("cpu").to(dtype)
+        return t.to(device)
+
+    return tree_map(one, value)
+
+
+def prepare(fn: Any, device: Any, dtype: Any) -> Callable:
+    """A module is copied, cast to ``dtype`` on the CPU and moved; other callables are kept."""
+    import torch
+
+    if isinstance(fn, torch.nn.Module):
+        m = copy.deepcopy(fn).to("cpu")
+        if dtype is not None:
+            m = m.to(dtype)
+        return m.to(device)
+    return fn
+
+
+def _key_entries(node: Any) -> list[tuple[str, Any]] | None:
+    """(path piece, child) pairs of a container, or None for a leaf. torch's pytree registry
+    first (with keys), then the containers transformers and users return without keys: HF
+    ModelOutputs (dataclasses that are also dicts), other dataclasses, mappings, sequences, and
+    objects that hold tensors as attributes (HF caches)."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    if isinstance(node, torch.Tensor) or node is None or isinstance(node, (bool, int, float, str, bytes)):
+        return None
+    entry = pytree.SUPPORTED_NODES.get(type(node))
+    if entry is not None and entry.flatten_with_keys_fn is not None:
+        children, _ = entry.flatten_with_keys_fn(node)
+        return [(pytree.keystr((k,)), v) for k, v in children]
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return [(f".{f.name}", getattr(node, f.name)) for f in dataclasses.fields(node)]
+    if isinstance(node, dict):
+        return [(f"[{k!r}]", v) for k, v in node.items()]
+    if isinstance(node, tuple) and hasattr(node, "_fields"):
+        return [(f".{f}", getattr(node, f)) for f in node._fields]
+    if isinstance(node, (list, tuple)):
+        return [(f"[{i}]", v) for i, v in enumerate(node)]
+    attrs = getattr(node, "__dict__", None)
+    if isinstance(attrs, dict):
+        return [(f".{k}", v) for k, v in attrs.items() if not k.startswith("_")]
+    return None
+
+
+def _leaves(node: Any, path: str, seen: set[int], depth: int) -> Iterator[tuple[str, Any]]:
+    import torch
+
+    if isinstance(node, torch.Tensor):
+        yield path, node
+        return
+    if id(node) in seen or depth > 16:
+        return
+    entries = _key_entries(node)
+    if entries is None:
+        return
+    seen.add(id(node))
+    for piece, child in entries:
+        yield from _leaves(child, path + piece, seen, depth + 1)
+
+
+def tensor_leaves(out: Any) -> list[tuple[str, Any]]:
+    """Every tensor in ``out`` with its pytree path (``.logits``, ``[0]``, ``['k']``)."""
+    return list(_leaves(out, "", set(), 0))
+
+
+def float_leaves(out: Any, what: str) -> list[tuple[str, Any]]:
+    """Floating-point tensors of ``out`` by pytree path; ParityError when there are none."""
+    leaves = [(p, t) for p, t in tensor_leaves(out) if t.is_floating_point()]
+    if not leaves:
+        raise ParityError(f"{what} returned no floating-point tensor (got {type(out).__name__})")
+    return leaves
+
+
+@contextlib.contextmanager
+def user_rng_preserved():
+    """Runs are seeded; the caller's torch and XLA RNG states come back unchanged. A process
+    that never imported torch_xla (comparing a capture on the CPU) is left without it."""
+    import sys
+
+    import torch
+
+    xm = sys.modules.get("torch_xla.core.xla_model")
+    xla_state = xm.get_rng_state() if xm is not None else None
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            if xm is not None:
+                xm.set_rng_state(xla_state)
+
+
+def call(stage: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """``fn(*args, **kwargs)``; what the user's code raises becomes a UserFailure at ``stage``.
+    Our own errors (raised by parity's hooks inside it) pass through unchanged."""
+    from torch_xla_ext.errors import TorchXlaExtError
+
+    try:
+        return fn(*args, **kwargs)
+    except (TorchXlaExtError, UserFailure):
+        raise
+    except Exception as e:  # the user's code failed on this backend: a verdict, not our error
+        raise UserFailure(stage, e) from e
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: Any):
+    """torch's default dtype set to ``dtype`` (when it is float64) for the duration: models
+    that make tensors from Python numbers (transformers' attention masks fill
+    ``torch.finfo(dtype).min`` into a default-dtype tensor) then run in fp64 as a whole."""
+    import torch
+
+    if dtype != torch.float64:
+        yield
+        return
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: Any = None,
+            stage: str = "CPU eager") -> tuple[list[tuple[str, Any]], float]:
+    """(float outputs by path, seconds). ``via``: round inputs and parameters to this dtype
+    first (the golden of what XLA received)."""
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        if via is not None:
+            ref, args, kwargs = prepare(ref, "cpu", via), move(args, "cpu", via), move(kwargs, "cpu", via)
+        fn = prepare(ref, "cpu", dtype)
+        a, k = move(args, "cpu", dtype), move(kwargs, "cpu", dtype)
+        t0 = time.perf_counter()
+        with default_dtype(dtype):
+            out = call(stage, fn, a, k)
+        seconds = time.perf_counter() - t0
+    return [(p, t.detach().clone()) for p, t in float_leaves(out, "the reference")], seconds
+
+
+@dataclasses.dataclass
+class XlaRun:
+    """Outputs of the XLA run and its program: the HloModuleProto and the device data it reads
+    (``graph_args``, numpy), or why torch_xla could not give them (``hlo_error``)."""
+
+    outputs: list[tuple[str, Any]]
+    proto: bytes | None
+    graph_args: list[np.ndarray] | None
+    hlo_error: str | None
+    seconds: float
+
+
+def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool) -> XlaRun:
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    from torch_xla_ext._compat import hlo as _hlo
+
+    device = torch_xla.device()
+    torch.manual_seed(seed)
+    xm.set_rng_state(seed)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        model = prepare(fn, device, dtype)
+        a, k = move(args, device, dtype), move(kwargs, device, dtype)
+        out = call("XLA", model, a, k)
+    leaves = float_leaves(out, "fn")
+    proto = graph_args = err = None
+    if capture_hlo:
+        # Before sync: afterwards the outputs are device data and the graph is gone.
+        tensors = [t for _, t in leaves]
+        try:
+            proto = _hlo.lowered_hlo_proto(tensors)
+            graph_args = [to_numpy(t.cpu()) for t in _hlo.graph_inputs(tensors)]
+        except (RuntimeError, ValueError) as e:  # torch_xla's own error types
+            err = str(HloCaptureError(f"torch_xla could not give the HLO of the XLA run: {type(e).__name__}: {e}"))
+    try:
+        torch_xla.sync()
+        outputs = [(p, t.cpu()) for p, t in leaves]
+    except RuntimeError as e:  # torch_xla failed to execute the user's program
+        raise UserFailure("XLA", e) from e
+    return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0)
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    """A CPU tensor as numpy; bfloat16 as ml_dtypes.bfloat16 (bit for bit)."""
+    import ml_dtypes
+    import torch
+
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
