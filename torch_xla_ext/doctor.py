@@ -235,11 +235,10 @@ def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     for dt, r in reports.items():
         md += [f"### {dt}: {r.verdict.value}", "", "```", str(r), "```", ""]
         data[dt] = r.to_dict()
-    _plot_ulps(reports, os.path.join(out_dir, "numerics_ulp.png"))
-    md.append("![ULP distances of XLA vs CPU eager](numerics_ulp.png)")
+    if _plot_ulps(reports, os.path.join(out_dir, "numerics_ulp.png")):
+        md.append("![ULP distances of XLA vs CPU eager](numerics_ulp.png)")
     bf = reports["bf16"]
-    if bf.modules:
-        parity.plot_modules(bf, os.path.join(out_dir, "parity_modules.png"))
+    if bf.modules and parity.plot_modules(bf, os.path.join(out_dir, "parity_modules.png")):
         md += ["", "![bf16 per-module errors by depth](parity_modules.png)"]
 
     def words(r) -> str:
@@ -257,12 +256,13 @@ def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     return summary, "\n".join(md), data
 
 
-def _plot_ulps(reports, path: str) -> None:
-    import matplotlib
+def _plot_ulps(reports, path: str) -> str | None:
+    """The ULP histogram PNG per dtype; None (nothing written) without matplotlib."""
+    from torch_xla_ext import _plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt, _why = _plot.pyplot(os.path.basename(path))
+    if plt is None:
+        return None
     fig, axes = plt.subplots(1, len(reports), figsize=(5 * len(reports), 3.2))
     for ax, (dt, r) in zip(axes, reports.items()):
         if not r.outputs:
@@ -282,6 +282,7 @@ def _plot_ulps(reports, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
 
 
 def _export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:

@@ -33,7 +33,6 @@ class Row:
 # Components whose errors are not yet subclasses of errors.py's code classes (their owners
 # convert them: `class XError(InvalidArgumentError)`), so `.code` is "UNKNOWN".
 _EXPORT = "export: BundleError/BundleFileNotFoundError/CollectiveArgumentError subclass TorchXlaExtError + a builtin"
-_PARITY = "parity: ParityError/HloEmulationError subclass TorchXlaExtError + ValueError, not InvalidArgumentError"
 
 
 def _lazy(module: str):
@@ -122,14 +121,16 @@ ROWS = [
         "tensor: expected a torch.Tensor", pending=_EXPORT),
     # ---- parity ----
     Row("parity.verify dtype", lambda: parity().verify(torch.nn.Linear(2, 2), (torch.ones(2),), dtype="int3"),
-        InvalidArgumentError, ValueError, "dtype: expected one of", pending=_PARITY),
+        InvalidArgumentError, ValueError, "dtype: expected one of"),
     Row("parity.verify fn", lambda: parity().verify(3, (torch.ones(2),)), InvalidArgumentError, ValueError,
-        "fn: expected a callable", pending=_PARITY),
+        "fn: expected a callable"),
     Row("parity.scan_layers x", lambda: parity().scan_layers([torch.nn.Linear(2, 2)], [1.0]), InvalidArgumentError,
-        ValueError, "x: expected a torch.Tensor", pending=_PARITY),
-    Row("parity.parse_hlo_text", lambda: parity().parse_hlo_text(b"HloModule m"), InvalidArgumentError, ValueError,
-        "text: expected HLO text", pending=_PARITY),
-    Row("parity.emulate_hlo", lambda: parity().emulate_hlo("not hlo", ()), InvalidArgumentError, ValueError, "hlo_text", pending=_PARITY),
+        ValueError, "x: expected a torch.Tensor"),
+    Row("parity.compare_capture path", lambda: parity().compare_capture("/nonexistent/cap", torch.nn.Linear(2, 2)),
+        NotFoundError, FileNotFoundError, "/nonexistent/cap"),
+    Row("parity.plot_modules report", lambda: parity().plot_modules(3, "modules.png"), ArgumentTypeError, TypeError,
+        "report: expected a ParityReport"),
+    Row("parity.replay program", lambda: parity().replay(3, ()), ArgumentTypeError, TypeError, "program"),
     # ---- graph_breaks ----
     Row("graph_breaks.account", lambda: graph_breaks().account(ring_capacity=0), InvalidArgumentError, ValueError,
         "ring_capacity"),

@@ -229,22 +229,25 @@ def localize(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: A
     return verify(fn, inputs, kwargs, localize=True, **options)
 
 
-def plot_modules(report: ParityReport, path: str) -> str:
+def plot_modules(report: ParityReport, path: str) -> str | None:
     """A PNG of each module's errors by module depth (left: own error vs the rounding level per
-    module call in completion order; right: own/rounding ratio by depth). Returns ``path``.
+    module call in completion order; right: own/rounding ratio by depth). Returns ``path``, or
+    None (nothing written, the skip recorded by ``torch_xla_ext._plot``) without matplotlib.
 
     Example:
         >>> plot_modules(verify(model, (x,), dtype="bf16", localize=True), "modules.png")  # doctest: +SKIP
     """
-    import matplotlib
+    import os
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from torch_xla_ext import _plot
 
     if not isinstance(report, ParityReport):
         raise ParityTypeError(f"report: expected a ParityReport, got {type(report).__name__}")
     if not report.modules:
         raise ParityError("report: has no per-module localisation (verify(..., localize=True))")
+    plt, _why = _plot.pyplot(os.path.basename(path))
+    if plt is None:
+        return None
     ms = list(report.modules)
     tiny = 1e-12
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [3, 1]})
