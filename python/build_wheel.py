@@ -27,6 +27,7 @@ RANGES = {
     "numpy": ">=1.26,<3",
     "ml-dtypes": ">=0.5.0",
     "scipy": ">=1.12",
+    "safetensors": ">=0.4",  # parity's cross-process captures (never pickle)
 }
 # Optional features: `pip install 'torch-xla-ext[plot]'` adds the PNG plots of the reports.
 EXTRAS = {
