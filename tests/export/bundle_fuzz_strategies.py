@@ -337,7 +337,7 @@ def user_inputs(manifest: export.Manifest) -> list[np.ndarray]:
         count = len(spec)
     for p in range(count):
         shape, dtype = spec.get(p, ([], "float32"))
-        out.append(np.zeros(shape, export._np_dtype(dtype)))
+        out.append(np.zeros(shape, export.manifest.np_dtype(dtype)))
     return out
 
 

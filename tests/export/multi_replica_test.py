@@ -97,5 +97,5 @@ def test_run_rejects_wrong_replica_count(setup):
     _, bundle, per_replica = setup
     with pytest.raises(export.RunInputError, match="expected 2 per-replica tuples"):
         export.run(bundle, per_replica[0], num_replicas=2)
-    with pytest.raises(RuntimeError, match="jax_num_cpu_devices"):
-        export.run(bundle, *(per_replica * 2), num_replicas=4)
+    with pytest.raises(export.RunInputError, match=r"user_inputs\[1\]: expected 3 user inputs"):
+        export.run(bundle, per_replica[0], per_replica[1][:2], num_replicas=2)
