@@ -114,11 +114,16 @@ def _from_meta(meta: Any, text: str | None, state_dict, constants, bytecode=None
     )
 
 
-def export_program(exported_program: Any) -> TorchXlaExport:
-    """torch_xla.stablehlo.exported_program_to_stablehlo on a torch.export ExportedProgram."""
+def export_program(exported_program: Any, *, custom_ops_allowed_in_graph: tuple[str, ...] = (),
+                   export_node_metadata: bool = False) -> TorchXlaExport:
+    """torch_xla.stablehlo.exported_program_to_stablehlo on a torch.export ExportedProgram (with
+    StableHLOExportOptions' fields of the same names)."""
     from torch_xla import stablehlo as shlo
 
-    gm = shlo.exported_program_to_stablehlo(exported_program, shlo.StableHLOExportOptions())
+    options = shlo.StableHLOExportOptions()
+    options.custom_ops_allowed_in_graph = set(custom_ops_allowed_in_graph)
+    options.export_node_metadata = export_node_metadata
+    gm = shlo.exported_program_to_stablehlo(exported_program, options)
     out = from_graph_module(gm)
     out.graph_module = gm  # kept for running torch_xla's own execution in tests/bench
     return out

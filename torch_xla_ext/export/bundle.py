@@ -107,9 +107,9 @@ def parsable_text(text: str | None, bytecode: bytes | None, where: str, bytecode
         fallback = _shlo.portable_artifact_to_text(bytecode, bytecode_where)
     try:
         return fallback, graph.parse(fallback, bytecode_where)
-    except BundleError:
-        if first is None:
-            raise
+    except BundleError as e:
+        if first is None or graph.DIALECT_ERROR in str(e):
+            raise  # the artifact's error says more (it names the unknown dialect)
         raise first from None  # neither parses: the text's error is the one to read
 
 

@@ -26,9 +26,13 @@ VIEW_REWRITE = "aten.view->aten.reshape"
 
 @dataclasses.dataclass
 class ExportOptions:
-    """Options of :func:`export`. `strict` is torch.export's."""
+    """Options of :func:`export`. `strict` is torch.export's; `custom_ops_allowed_in_graph`
+    (op namespaces lowered to stablehlo.custom_call) and `export_node_metadata` (torch's node
+    metadata as MLIR locations) are torch_xla's StableHLOExportOptions fields."""
 
     strict: bool = False
+    custom_ops_allowed_in_graph: tuple[str, ...] = ()
+    export_node_metadata: bool = False
 
 
 def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, *,
@@ -68,7 +72,7 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
             prefix = "inner."
         ep = torch.export.export(target, flat_args, strict=options.strict)
     calls = _core.recorded_all_reduces_since(start)
-    tx, rewritten = _to_torch_xla(ep)
+    tx, rewritten = _to_torch_xla(ep, options)
     if prefix:
         _strip_prefix(tx, prefix)
 
@@ -100,13 +104,17 @@ def _given_program(ep, args, kwargs):
     return ep, args, kwargs
 
 
-def _to_torch_xla(ep):
+def _to_torch_xla(ep, options: ExportOptions):
     """torch_xla's export of `ep`; when torch.export's decompositions (run by torch_xla) make a view
     inexpressible, again with the program's views as reshapes (see views_as_reshapes)."""
     from torch_xla_ext._compat import stablehlo as _shlo
 
+    def run(program):
+        return _shlo.export_program(program, custom_ops_allowed_in_graph=tuple(options.custom_ops_allowed_in_graph),
+                                    export_node_metadata=options.export_node_metadata)
+
     try:
-        return _shlo.export_program(ep), []
+        return run(ep), []
     except (RuntimeError, ValueError) as e:
         if not _shlo.is_unviewable_view_error(e):
             raise
@@ -114,7 +122,7 @@ def _to_torch_xla(ep):
         rewritten = views_as_reshapes(fixed.graph_module)
         if not rewritten:
             raise
-        return _shlo.export_program(fixed), rewritten
+        return run(fixed), rewritten
 
 
 def views_as_reshapes(graph_module) -> list[str]:

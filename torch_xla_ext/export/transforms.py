@@ -66,7 +66,17 @@ def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str, order: list[i
         operand[i] = f"%arg{j}"
     for i, op_text in drop.items():
         lines.append(f"    %c{i} = {op_text}")
-        operand[i] = f"%c{i}"
+    if drop:
+        # An optimization barrier keeps XLA from folding the old arguments' values into the
+        # program at compile time: folded with XLA's constant evaluator, weight-only expressions
+        # (a batch norm's rsqrt(var + eps) * gamma) round differently from the kernels that
+        # compute them at run time, so the rewrite would no longer compute what `main` did.
+        dropped = list(drop)
+        types = ", ".join(arg_types[i] for i in dropped)
+        lhs_b = "%b" if len(dropped) == 1 else f"%b:{len(dropped)}"
+        lines.append(f"    {lhs_b} = stablehlo.optimization_barrier {', '.join(f'%c{i}' for i in dropped)} : {types}")
+        for k, i in enumerate(dropped):
+            operand[i] = "%b" if len(dropped) == 1 else f"%b#{k}"
     call_args = ", ".join(operand[i] for i in range(len(arg_types)))
     n_res = len(result_types)
     lhs = "%r" if n_res <= 1 else f"%r:{n_res}"
@@ -133,6 +143,7 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> Any:
         >>> (logits,) = again.call(x)
     """
     import jax
+    import jax.export  # a submodule `import jax` does not load
     from jax.extend import mlir as jmlir
 
     from torch_xla_ext._compat import jax_mlir
