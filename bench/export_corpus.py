@@ -26,7 +26,6 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 import unittest
 
 import numpy as np

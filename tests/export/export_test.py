@@ -357,3 +357,22 @@ def test_collectives_inside_regions_are_listed_not_missed():
     assert "all_reduce in stablehlo.while" in manifest.table()
     bundle = export.Bundle(text, manifest, {})
     np.testing.assert_array_equal(export.run(bundle, np.ones(4, np.float32))[0], np.ones(4, np.float32))
+
+
+def test_to_jax_round_trip_with_collectives(two):
+    """The token-free program with its weights bound, through jax.export's own serialization: it
+    takes the user inputs (the unused one dropped by module_kept_var_idx) and equals torch_xla's
+    execution of the export with its token and all-reduces."""
+    import jax
+    import jax.export
+
+    _, args, bundle = two
+    exp = export.to_jax(bundle)
+    assert [tuple(a.shape) for a in exp.in_avals] == [(2, 4), (5,), (2, 4)]
+    assert exp.module_kept_var_idx == (0, 2) and exp.platforms == ("cpu",) and exp.nr_devices == 1
+    again = jax.export.deserialize(exp.serialize())
+    got = jax.jit(again.call)(*_np(args))
+    want = compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, *args)
+    np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+    text = again.mlir_module()
+    assert "stablehlo.all_reduce" in text and "optimization_barrier" in text

@@ -86,7 +86,8 @@ def compile_replicated(client: Any, bytecode: bytes, num_replicas: int) -> Any:
         raise RuntimeError(str(e)) from None
 
 
-def execute_replicated(client: Any, executable: Any, per_replica: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+def execute_replicated(client: Any, executable: Any,
+                       per_replica: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
     """Runs ``executable`` with replica r's arguments ``per_replica[r]`` on device r; returns the
     outputs per replica as numpy arrays. Arguments are placed with ``buffer_from_pyval``, which
     keeps int64/float64 (JAX's ``device_put`` would narrow them with x64 off)."""

@@ -187,7 +187,8 @@ class Manifest:
             f = f"inputs[{i}]"
             kind = need(raw, "kind", f + ".kind", lambda v: isinstance(v, str), "a string")
             if kind not in INPUT_KINDS:
-                raise BundleError(f"{where}: field '{f}.kind' is unknown kind '{kind}' (expected one of {', '.join(INPUT_KINDS)})")
+                raise BundleError(f"{where}: field '{f}.kind' is unknown kind '{kind}' "
+                                  f"(expected one of {', '.join(INPUT_KINDS)})")
             index = need(raw, "index", f + ".index", _is_int, "an int")
             if index != i:
                 raise BundleError(f"{where}: field '{f}.index' is {index}, expected {i}")
@@ -277,7 +278,8 @@ class Manifest:
             what = f"{u['name']} (position {u['position']})" if u.get("name") else f"position {u['position']}"
             if "value" in u:
                 what += f" = {u['value']!r}"
-            rows.append(("-", "unused user_input", _shape_text(u["shape"]), u["dtype"], what + ", not an argument of main"))
+            rows.append(("-", "unused user_input", _shape_text(u["shape"]), u["dtype"],
+                         what + ", not an argument of main"))
         out = [_format_table(rows)]
         if self.outputs:
             orow = [("output", "name", "shape", "dtype")]
@@ -285,7 +287,8 @@ class Manifest:
                 orow.append((str(k), o.get("name") or "-", _shape_text(o["shape"]), o["dtype"]))
             out.append(_format_table(orow))
         if self.collectives:
-            crow = [("#", "op", "reduce", "replica_groups", "token_input", "operand_inputs", "scale", "requested_scale")]
+            crow = [("#", "op", "reduce", "replica_groups", "token_input", "operand_inputs", "scale",
+                     "requested_scale")]
             for k, c in enumerate(self.collectives):
                 crow.append((str(k), c.op, c.reduce or "-", str(c.replica_groups or "all"),
                              "-" if c.token_input is None else str(c.token_input),

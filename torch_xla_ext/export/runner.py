@@ -63,11 +63,12 @@ def _arguments(bundle: Bundle, user_inputs: Sequence[Any], replica: int | None) 
     for u in m.unused_inputs:
         # A Python constant was baked into the program by torch.export: another value would be
         # silently ignored, so say so.
-        if is_python_constant(u["dtype"]) and "value" in u and not _same_constant(user_inputs[u["position"]], u["value"]):
+        given = user_inputs[u["position"]]
+        if is_python_constant(u["dtype"]) and "value" in u and not _same_constant(given, u["value"]):
             name = f" ({u['name']})" if u.get("name") else ""
             raise RunInputError(f"{where}[{u['position']}]{name}: the program was exported with the Python "
                                 f"constant {u['value']!r} ({u['dtype'][len(PYTHON_PREFIX):]}), which torch.export "
-                                f"baked in; got {user_inputs[u['position']]!r}")
+                                f"baked in; got {given!r}")
     args = []
     for inp in m.inputs:
         if inp.kind == "user_input":
