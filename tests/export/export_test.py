@@ -376,3 +376,16 @@ def test_to_jax_round_trip_with_collectives(two):
     np.testing.assert_array_equal(np.asarray(got[0]), want[0])
     text = again.mlir_module()
     assert "stablehlo.all_reduce" in text and "optimization_barrier" in text
+
+
+def test_export_an_exported_program(two):
+    """An ExportedProgram is exported with its own example inputs (torch_xla traces with them)."""
+    model, args, bundle = two
+    ep = torch.export.export(model, args)
+    b = export.export(ep)
+    assert [(i.kind, i.name) for i in b.manifest.inputs if i.kind != "user_input"] == \
+        [(i.kind, i.name) for i in bundle.manifest.inputs if i.kind != "user_input"]
+    assert [u["name"] for u in b.manifest.user_inputs()] == ["args[0]", "args[1]", "args[2]"]
+    np.testing.assert_array_equal(export.run(b, *_np(args))[0], export.run(bundle, *_np(args))[0])
+    with pytest.raises(TypeError, match="an ExportedProgram is exported with its own example inputs"):
+        export.export(ep, args)

@@ -40,8 +40,9 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     """torch.export + torch_xla's StableHLO exporter, plus a typed manifest of `main`.
 
     `model` is an nn.Module (or callable) run as ``model(*args, **kwargs)``, or a
-    ``torch.export.ExportedProgram`` (then args default to its example inputs). User inputs are
-    the leaves of ``(args, kwargs)`` in torch.utils._pytree order; `run` takes them in that order.
+    ``torch.export.ExportedProgram`` (exported with its own example inputs: pass no args). User
+    inputs are the leaves of ``(args, kwargs)`` in torch.utils._pytree order; `run` takes them in
+    that order.
 
     Example:
         >>> b = export(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
@@ -94,9 +95,13 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
 
 
 def _given_program(ep, args, kwargs):
-    ex_args, ex_kwargs = ep.example_inputs if ep.example_inputs is not None else ((), {})
-    args = tuple(ex_args if args is None else args)
-    kwargs = dict(ex_kwargs if kwargs is None else kwargs)
+    # torch_xla's exporter traces the program with its own example inputs: others would not match.
+    if args is not None or kwargs is not None:
+        raise ArgumentTypeError("args, kwargs: an ExportedProgram is exported with its own example inputs; "
+                                "pass none")
+    if ep.example_inputs is None:
+        raise ArgumentTypeError("model: an ExportedProgram without example inputs (torch_xla's exporter needs them)")
+    args, kwargs = tuple(ep.example_inputs[0]), dict(ep.example_inputs[1])
     if kwargs:
         raise UnimplementedError(f"model: an ExportedProgram with keyword inputs ({', '.join(kwargs)}); "
                                  f"torch_xla's exporter takes positional inputs only (pass the nn.Module "

@@ -261,7 +261,7 @@ class Manifest:
                                  "a list of strings", optional=True) or []),
             portable_artifact_version=need(d, "portable_artifact_version", "portable_artifact_version", _is_str,
                                            "a string or null", optional=True),
-            nested_collectives=nested, format_version=FORMAT_VERSION)
+            nested_collectives=nested, format_version=version)
 
     def table(self) -> str:
         """The manifest as plain-text tables (inputs, outputs, collectives)."""

@@ -113,6 +113,10 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
     else:
         if len(user_inputs) != num_replicas:
             raise RunInputError(f"user_inputs: expected {num_replicas} per-replica tuples, got {len(user_inputs)}")
+        for r, u in enumerate(user_inputs):
+            if not isinstance(u, (tuple, list)):
+                raise RunInputError(f"user_inputs[{r}]: expected a tuple of replica {r}'s user inputs, "
+                                    f"got {type(u).__name__}")
         per_replica = [_arguments(bundle, tuple(u), r) for r, u in enumerate(user_inputs)]
     client, exe = _executable(bundle.module_text, num_replicas)
     by_replica = jax_mlir.execute_replicated(client, exe, per_replica)
