@@ -39,12 +39,28 @@ class Linear(torch.nn.Module):
         return torch.relu(self.fc(x))
 
 
+DEBUG_INFO_CHILD = """
+import sys, torch
+from torch_xla import stablehlo as shlo
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU())
+options = shlo.StableHLOExportOptions()
+options.export_node_metadata = True
+shlo.save_as_stablehlo(torch.export.export(model, (torch.rand(2, 4),)), sys.argv[1], options)
+"""
+
+
+def _child(code, path, **env):
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], env=dict(os.environ, PJRT_DEVICE="CPU", **env),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_debug_info_text_falls_back_to_bytecode(tmp_path):
-    torch.manual_seed(0)
+    # torch_xla reads XLA_HLO_DEBUG (which export_node_metadata sets) once per process: whether an
+    # export carries debug info depends on the process's first one, so this one runs in a child.
+    _child(DEBUG_INFO_CHILD, tmp_path)
     args = (torch.rand(2, 4),)
-    options = shlo.StableHLOExportOptions()
-    options.export_node_metadata = True
-    _save(Linear(), args, tmp_path, options=options)
     text = (tmp_path / "functions" / "forward.mlir").read_text()
     assert "XLA_MLIR_DEBUGINFO_BEGIN" in text  # bare string locations: MLIR cannot parse this text
     loaded = export.load(tmp_path)
@@ -138,10 +154,7 @@ shlo.save_as_stablehlo(ep, sys.argv[1])
 
 def test_dynamic_shape_is_a_typed_error_naming_the_argument(tmp_path):
     # torch_xla exports unbounded dynamism only with this process-wide switch: in a child process.
-    env = dict(os.environ, EXPERIMENTAL_XLA_UNBOUNDED_DYNAMISM="1", PJRT_DEVICE="CPU")
-    proc = subprocess.run([sys.executable, "-c", DYNAMIC_CHILD, str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    _child(DYNAMIC_CHILD, tmp_path, EXPERIMENTAL_XLA_UNBOUNDED_DYNAMISM="1")
     with pytest.raises(export.BundleError,
                        match=r"main's argument 2 \(user input at position 0\): type tensor<\?x4xf32> has "
                              r"dynamic dimension\(s\) \[0\]") as e:
