@@ -51,8 +51,6 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     """
     import torch
 
-    from torch_xla_ext._compat import stablehlo as _shlo
-
     options = options or ExportOptions()
     start = _core.next_all_reduce_sequence()
     if isinstance(model, torch.export.ExportedProgram):
