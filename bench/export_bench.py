@@ -62,13 +62,13 @@ def main() -> None:
     tx = state["tx"]
     kinds = {t: "parameter" for t in ep.graph_signature.inputs_to_parameters.values()}
 
-    t_manifest = _median_seconds(lambda: export._bundle_from_torch_xla(tx, kinds, 1, []))
-    ctx, module = export._parse(tx.text, "bench")
-    graph = export._build_graph(ctx, module, "bench")
+    t_manifest = _median_seconds(lambda: export.bundle.from_torch_xla(tx, kinds, None, []))
+    ctx, module = export.graph.parse(tx.text, "bench")
+    graph = export.graph.build_graph(ctx, module, "bench")
     declared = [("constant" if loc.type == "constant" else "parameter" if loc.type == "parameter" else "user_input", None)
                 for loc in tx.input_locations]
-    t_parse = _median_seconds(lambda: export._parse(tx.text, "bench"))
-    t_graph = _median_seconds(lambda: export._build_graph(ctx, module, "bench"))
+    t_parse = _median_seconds(lambda: export.graph.parse(tx.text, "bench"))
+    t_graph = _median_seconds(lambda: export.graph.build_graph(ctx, module, "bench"))
     t_cc = _median_seconds(lambda: _core.analyze(*graph, declared), repeats=50)
     analysis = _core.analyze(*graph, declared)
 

@@ -36,14 +36,15 @@ class Boom:
 
 # --- seed bundles ------------------------------------------------------------------------------
 
-SEEDS = ("two_all_reduces", "two_all_reduces_mlirbc_only", "one_all_reduce", "torch_xla_dir")
+SEEDS = ("two_all_reduces", "two_all_reduces_mlirbc_only", "one_all_reduce", "torch_xla_dir", "mixed")
 
 
 def make_seeds(root: str) -> dict[str, str]:
     """Small valid bundles under `root`: our format for the two-all-reduce model (collective
     token, scale 0.5, parameters, a buffer, a lifted constant, an unused input), the same with only
-    the portable artifact, the one-all-reduce model, and torch_xla's own save_as_stablehlo
-    directory of the two-all-reduce model. Needs torch/torch_xla (the loader does not)."""
+    the portable artifact, the one-all-reduce model, torch_xla's own save_as_stablehlo
+    directory of the two-all-reduce model, and the mixed model (named user inputs and outputs, an
+    int64 and a complex64 buffer, a Python constant). Needs torch/torch_xla (the loader does not)."""
     import sys
 
     import torch
@@ -60,6 +61,8 @@ def make_seeds(root: str) -> dict[str, str]:
     model1, args1 = models.one_all_reduce()
     export.export(model1, args1).save(dirs["one_all_reduce"])
     txla_stablehlo.save_as_stablehlo(torch.export.export(model, args), dirs["torch_xla_dir"])
+    model2, args2 = models.mixed()
+    export.export(model2, args2).save(dirs["mixed"])
     for d in dirs.values():  # each seed must load: the property starts from valid bundles
         export.load(d)
     return dirs
@@ -92,7 +95,8 @@ _STRINGS = st.sampled_from(
                                 "complex64", "object", "torch.float32", "input_arg", "parameter",
                                 "constant", "all_reduce", "sum", "lin.weight", "../manifest.json",
                                 "/etc/hostname", "weights", "constants/0.npy", "weights/lin.weight.npy",
-                                "module.mlir", "\udcff", "\x00", "é" * 3]) | st.text(max_size=8)
+                                "module.mlir", "\udcff", "\x00", "é" * 3, "python:float", "python:int",
+                                "python:list", "python:", "complex128", "output['logits']", "output"]) | st.text(max_size=8)
 _SCALARS = st.none() | st.booleans() | _NUMBERS | st.integers(-3, 10) | _STRINGS
 JSON_VALUES = st.recursive(
     _SCALARS,
@@ -104,7 +108,12 @@ _node = st.integers(0, 10**6)
 _file = st.integers(0, 10**6)
 _frac = st.floats(0, 1)
 
+# The manifest fields of format 2, set directly (json_set reaches them only by chance).
+NEW_FIELDS = ("outputs.name", "inputs.name", "unused_inputs.name", "unused_inputs.value", "unused_inputs.dtype",
+              "format_version")
+
 JSON_MUTATIONS = st.one_of(
+    st.tuples(st.just("json_field"), st.sampled_from(NEW_FIELDS), _node, JSON_VALUES),
     st.tuples(st.just("json_set"), _node, JSON_VALUES),
     st.tuples(st.just("json_set"), _node, SHAPES),
     st.tuples(st.just("json_drop"), _node),
@@ -184,6 +193,20 @@ def _mutate_json(path: str, mutation: tuple) -> None:
         doc = json.loads(raw)
     except (ValueError, RecursionError):
         return  # an earlier mutation broke the JSON: nothing to walk
+    if op == "json_field":
+        _, field, index, value = mutation
+        if "." not in field:
+            where = (field,)
+        else:
+            key, attr = field.split(".")
+            items = doc.get(key) if isinstance(doc, dict) else None
+            if not isinstance(items, list) or not items or not isinstance(items[index % len(items)], dict):
+                return
+            where = (key, index % len(items), attr)
+        doc = _set(doc, where, value) if isinstance(doc, dict) else doc
+        with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(json.dumps(doc))
+        return
     nodes = _nodes(doc)
     where = nodes[mutation[1] % len(nodes)]
     if op == "json_deep":
@@ -321,11 +344,16 @@ LOAD_ERRORS = (export.BundleError, export.BundleFileNotFoundError)
 RUN_ERRORS = (export.RunInputError, export.BundleError)
 
 
-def user_inputs(manifest: export.Manifest) -> list[np.ndarray]:
-    """Inputs `run` should accept according to the manifest (zeros of the declared shape/dtype)."""
+def user_inputs(manifest: export.Manifest) -> list:
+    """Inputs `run` should accept according to the manifest (zeros of the declared shape/dtype;
+    a Python constant's recorded value)."""
     spec: dict[int, tuple[list[int], str]] = {}
+    constants: dict[int, object] = {}
     for u in manifest.unused_inputs:
-        spec[u["position"]] = (u["shape"], u["dtype"])
+        if export.manifest.is_python_constant(u["dtype"]):
+            constants[u["position"]] = u.get("value")
+        else:
+            spec[u["position"]] = (u["shape"], u["dtype"])
     for i in manifest.inputs:
         if i.kind == "user_input":
             spec[i.position] = (i.shape, i.dtype)
@@ -334,10 +362,13 @@ def user_inputs(manifest: export.Manifest) -> list[np.ndarray]:
     # non-tensor leaves) pass only those, which `run` must reject with RunInputError.
     count = manifest.num_user_inputs
     if count > len(manifest.inputs) + len(manifest.unused_inputs) + 8:
-        count = len(spec)
+        count = len(spec) + len(constants)
     for p in range(count):
+        if p in constants:
+            out.append(constants[p])
+            continue
         shape, dtype = spec.get(p, ([], "float32"))
-        out.append(np.zeros(shape, export._np_dtype(dtype)))
+        out.append(np.zeros(shape, export.manifest.np_dtype(dtype)))
     return out
 
 

@@ -23,7 +23,7 @@ def test_export_then_inspect(tmp_path):
     proc = _cli("export", "--model", "models:two_all_reduces", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["#", "kind", "shape", "dtype", "position/name/value"]
+    assert lines[0].split() == ["#", "kind", "shape", "dtype", "name/position/value"]
     assert any(line.split()[:4] == ["0", "collective_token", "scalar", "float32"] for line in lines)
     assert any(line.split()[:3] == ["0", "all_reduce", "sum"] and line.split()[-2:] == ["0.5", "0.5"] for line in lines)
     bundle = export.load(out)
@@ -31,7 +31,7 @@ def test_export_then_inspect(tmp_path):
 
     proc = _cli("inspect", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.splitlines()[0] == f"{out}: format_version 1, 7 arguments of main, 3 user inputs"
+    assert proc.stdout.splitlines()[0] == f"{out}: format_version {export.FORMAT_VERSION}, 7 arguments of main, 3 user inputs"
     assert "unused user_input" in proc.stdout
 
     proc = _cli("inspect", str(out), "--json")

@@ -41,13 +41,14 @@ def test_manifest_of_two_all_reduces(two):
         ("parameter", "lin.weight", None), ("parameter", "lin.bias", None),
         ("buffer", "offset", None),
         ("constant", "k", None),
-        ("user_input", None, 0), ("user_input", None, 2),
+        ("user_input", "x", 0), ("user_input", "y", 2),   # named by forward's parameters
     ], key=str)
     token = next(i for i in m.inputs if i.kind == "collective_token")
     assert token.shape == [] and token.dtype == "float32" and token.value == 0.0 and token.file is None
     const = next(i for i in m.inputs if i.kind == "constant")
     assert const.value == 3.0 and const.shape == []
-    assert m.unused_inputs == [{"position": 1, "shape": [5], "dtype": "float32"}]
+    assert m.unused_inputs == [{"position": 1, "shape": [5], "dtype": "float32", "name": "unused"}]
+    assert [o["name"] for o in m.outputs] == ["output"]  # the return value itself
     assert m.num_user_inputs == 3
     assert [(c.op, c.reduce, c.scale, c.requested_scale) for c in m.collectives] == [
         ("all_reduce", "sum", 0.5, 0.5), ("all_reduce", "max", 1.0, 1.0)]
@@ -57,7 +58,7 @@ def test_manifest_of_two_all_reduces(two):
         assert c.lowering in ("all_reduce", "all_reduce+multiply")
     by_index = {i.index: i for i in m.inputs}
     first = {(by_index[k].kind, by_index[k].name) for k in m.collectives[0].operand_inputs}
-    assert first == {("parameter", "lin.weight"), ("parameter", "lin.bias"), ("buffer", "offset"), ("user_input", None)}
+    assert first == {("parameter", "lin.weight"), ("parameter", "lin.bias"), ("buffer", "offset"), ("user_input", "x")}
     second = {by_index[k].kind for k in m.collectives[1].operand_inputs}
     assert "constant" in second and "collective_token" not in second
     d = json.loads(m.to_json())
@@ -72,7 +73,7 @@ def test_token_found_by_structure_not_value(two):
     tok_pos = next(loc.position for loc in tx.input_locations if loc.type == "constant")
     tx.additional_constants[tok_pos] = np.float32(7.0)
     try:
-        b = export._bundle_from_torch_xla(tx, {"offset": "buffer", "k": "constant"}, 3, [])
+        b = export.bundle.from_torch_xla(tx, {"offset": "buffer", "k": "constant"}, None, [])
     finally:
         tx.additional_constants[tok_pos] = np.float32(0.0)
     assert [i.kind for i in b.manifest.inputs].count("collective_token") == 1
@@ -200,9 +201,10 @@ def test_load_torch_xla_save_as_stablehlo_dir(two, tmp_path):
     txla_stablehlo.save_as_stablehlo(ep, str(tmp_path))
     loaded = export.load(tmp_path)
     # torch_xla's directory does not say parameter vs buffer vs lifted constant: all "parameter".
+    # ...nor the user inputs' names.
     got = [(i.kind, i.name) for i in loaded.manifest.inputs]
-    want = [(i.kind if i.kind in ("user_input", "collective_token") else "parameter", i.name)
-            for i in bundle.manifest.inputs]
+    want = [(i.kind if i.kind in ("user_input", "collective_token") else "parameter",
+             None if i.kind == "user_input" else i.name) for i in bundle.manifest.inputs]
     assert got == want
     assert [(c.reduce, c.scale) for c in loaded.manifest.collectives] == [("sum", 0.5), ("max", 1.0)]
     np.testing.assert_array_equal(export.run(loaded, *_np(args))[0], export.run(bundle, *_np(args))[0])
@@ -248,9 +250,9 @@ def test_run_input_errors(two):
         export.run(bundle, *_np(args)[:2])
     bad = _np(args)
     bad[2] = bad[2].astype(np.float64)
-    with pytest.raises(export.RunInputError, match=r"user_inputs\[2\]: expected float32\[2, 4\], got float64"):
+    with pytest.raises(export.RunInputError, match=r"user_inputs\[2\] \(y\): expected float32\[2, 4\], got float64"):
         export.run(bundle, *bad)
-    with pytest.raises(ValueError, match="num_replicas"):
+    with pytest.raises(export.RunInputError, match="num_replicas"):
         export.run(bundle, *_np(args), num_replicas=0)
 
 
@@ -349,9 +351,41 @@ def test_collectives_inside_regions_are_listed_not_missed():
     """
     manifest = export.Manifest(inputs=[export.Input(0, "user_input", [4], "float32", position=0)],
                                collectives=[], outputs=[], unused_inputs=[], num_user_inputs=1)
-    export._analyze_into(text, manifest, [], "module.mlir")
+    export.graph.analyze_into(text, manifest, [], "module.mlir")
     assert manifest.collectives == []
     assert manifest.nested_collectives == [{"op": "all_reduce", "inside": "stablehlo.while"}]
     assert "all_reduce in stablehlo.while" in manifest.table()
     bundle = export.Bundle(text, manifest, {})
     np.testing.assert_array_equal(export.run(bundle, np.ones(4, np.float32))[0], np.ones(4, np.float32))
+
+
+def test_to_jax_round_trip_with_collectives(two):
+    """The token-free program with its weights bound, through jax.export's own serialization: it
+    takes the user inputs (the unused one dropped by module_kept_var_idx) and equals torch_xla's
+    execution of the export with its token and all-reduces."""
+    import jax
+    import jax.export
+
+    _, args, bundle = two
+    exp = export.to_jax(bundle)
+    assert [tuple(a.shape) for a in exp.in_avals] == [(2, 4), (5,), (2, 4)]
+    assert exp.module_kept_var_idx == (0, 2) and exp.platforms == ("cpu",) and exp.nr_devices == 1
+    again = jax.export.deserialize(exp.serialize())
+    got = jax.jit(again.call)(*_np(args))
+    want = compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, *args)
+    np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+    text = again.mlir_module()
+    assert "stablehlo.all_reduce" in text and "optimization_barrier" in text
+
+
+def test_export_an_exported_program(two):
+    """An ExportedProgram is exported with its own example inputs (torch_xla traces with them)."""
+    model, args, bundle = two
+    ep = torch.export.export(model, args)
+    b = export.export(ep)
+    assert [(i.kind, i.name) for i in b.manifest.inputs if i.kind != "user_input"] == \
+        [(i.kind, i.name) for i in bundle.manifest.inputs if i.kind != "user_input"]
+    assert [u["name"] for u in b.manifest.user_inputs()] == ["args[0]", "args[1]", "args[2]"]
+    np.testing.assert_array_equal(export.run(b, *_np(args))[0], export.run(bundle, *_np(args))[0])
+    with pytest.raises(TypeError, match="an ExportedProgram is exported with its own example inputs"):
+        export.export(ep, args)

@@ -34,6 +34,21 @@ class TwoAllReduces(torch.nn.Module):
         return collectives.all_reduce("max", h)
 
 
+class Mixed(torch.nn.Module):
+    """An int64 buffer past 2**31, a complex64 buffer, a list of tensors and a Python float as
+    inputs, a dict return value."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("big", torch.tensor([2**40 + 1, -3]))
+        self.register_buffer("freqs", torch.polar(torch.ones(2), torch.tensor([0.5, 1.0])))
+
+    def forward(self, ids, pair, scale):
+        z = torch.view_as_complex(pair[0]) * self.freqs
+        return {"ids": ids + self.big, "h": self.lin(pair[1]) * scale, "z": z}
+
+
 def _seeded(cls, *args):
     torch.manual_seed(0)
     return cls(*args)
@@ -50,3 +65,7 @@ def one_all_reduce_half():
 def two_all_reduces():
     m = _seeded(TwoAllReduces, 0.5)
     return m, (torch.randn(2, 4), torch.randn(5), torch.randn(2, 4))
+
+
+def mixed():
+    return _seeded(Mixed), (torch.tensor([2**33, 5]), [torch.randn(2, 2), torch.randn(3, 4)], 0.5)

@@ -1,5 +1,7 @@
 """run(), load(), strip_tokens() and inline_constants() work in a process where importing torch
-fails: the bundle is exported here, then run by a subprocess that blocks torch and torch_xla."""
+fails: the bundle is exported here, then run by a subprocess that blocks torch and torch_xla. The
+subprocess is also a notebook user: 1 replica, then 2, then 4, then 1 again in one process, with
+JAX's configuration left as it was (x64 off, one default CPU device)."""
 
 import os
 import subprocess
@@ -33,8 +35,9 @@ CHILD = textwrap.dedent("""
     import jax
     import numpy as np
 
-    jax.config.update("jax_num_cpu_devices", 2)  # before JAX's first use, for num_replicas=2
     from torch_xla_ext import export
+
+    before = (jax.config.jax_num_cpu_devices, jax.config.jax_enable_x64)
 
     bundle_dir, inputs, out = sys.argv[1:4]
     xs = np.load(inputs)
@@ -45,9 +48,16 @@ CHILD = textwrap.dedent("""
         "stripped": export.run(export.strip_tokens(b), *args)[0],
         "inlined": export.run(export.inline_constants(export.strip_tokens(b), weights=True), *args)[0],
     }
+    # As a notebook user would: one replica (above), then 2, then 4, then 1 again, in one process
+    # whose JAX configuration nobody touched.
     two = export.run(b, tuple(args), tuple(a * 2 for a in args), num_replicas=2)
     results["replica0"], results["replica1"] = two[0][0], two[1][0]
+    four = export.run(b, *[tuple(a * (r + 1) for a in args) for r in range(4)], num_replicas=4)
+    results.update({f"four{r}": four[r][0] for r in range(4)})
+    results["again"] = export.run(b, *args)[0]
     assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "torch_xla")]
+    assert (jax.config.jax_num_cpu_devices, jax.config.jax_enable_x64) == before  # the user's JAX
+    assert len(jax.devices()) == 1
     np.savez(out, **results)
 """)
 
@@ -65,13 +75,18 @@ def test_run_without_torch(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.load(tmp_path / "out.npz")
     want = compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, *args)[0]
-    for key in ("run", "stripped", "inlined"):
+    for key in ("run", "stripped", "inlined", "again"):
         np.testing.assert_array_equal(got[key], want, err_msg=key)
-    # Two replicas, the second fed 2x the inputs: sum then max across replicas (computed by hand).
+    # N replicas, replica r fed (r+1)x the inputs: sum then max across replicas (computed by hand).
     lin_w, lin_b = model.lin.weight.detach().numpy(), model.lin.bias.detach().numpy()
     x, _, y = (a.numpy() for a in args)
-    h = sum((xr @ lin_w.T + lin_b + model.offset.numpy()) for xr in (x, 2 * x)) * np.float32(0.5)
-    per = [np.tanh(h * np.float32(3.0)) + yr for yr in (y, 2 * y)]
-    expected = np.maximum(per[0], per[1])
-    np.testing.assert_allclose(got["replica0"], expected, rtol=1e-5, atol=1e-6)
+
+    def expected(n):
+        h = sum((xr @ lin_w.T + lin_b + model.offset.numpy()) for xr in (x * (r + 1) for r in range(n)))
+        h = h * np.float32(0.5)
+        return np.max([np.tanh(h * np.float32(3.0)) + y * (r + 1) for r in range(n)], axis=0)
+
+    np.testing.assert_allclose(got["replica0"], expected(2), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got["replica0"], got["replica1"])
+    for r in range(4):
+        np.testing.assert_allclose(got[f"four{r}"], expected(4), rtol=1e-5, atol=1e-5)

@@ -1,15 +1,21 @@
-"""JAX's MLIR internals that have no public equivalent yet, in one place.
+"""JAX's MLIR and PJRT internals that have no public equivalent yet, in one place.
 
 Public JAX/jaxlib APIs are used directly elsewhere (``jax.extend.mlir.ir``,
 ``jax.extend.mlir.hlo_to_stablehlo``, ``jax.extend.mlir.{de}serialize_portable_artifact``,
 ``jax.extend.backend``, ``jax.export``). What is here is what those lack: an MLIR context with
 every dialect JAX's own lowering registers (StableHLO *and* func/chlo/sdy, which a module printed
-by torch_xla needs), and the bytecode writer JAX's compile path uses.
+by torch_xla needs), the bytecode writer JAX's compile path uses, StableHLO's version queries, and
+a PJRT CPU client of our own (N devices, arrays placed with their dtype kept), so running a module
+neither depends on nor changes the process's JAX configuration (``jax_enable_x64``,
+``jax_num_cpu_devices``, ``jax_platforms``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Sequence
+
+import numpy as np
 
 
 def make_context() -> Any:
@@ -26,30 +32,81 @@ def module_to_bytecode(module: Any) -> bytes:
     return jmlir.module_to_bytecode(module)
 
 
-def compile_on_cpu(module: Any, *, optimize: bool = True) -> Any:
-    """``module`` compiled by XLA through JAX's CPU client, for one device (no replicas or
-    partitions); ``optimize=False`` compiles with LLVM's optimization level 0 (several times
-    faster). Raises ``jax.errors.JaxRuntimeError`` when XLA cannot compile it."""
+# ---- StableHLO versions -----------------------------------------------------------------------
+
+
+def stablehlo_current_version() -> str:
+    """The StableHLO version this jaxlib writes by default (e.g. "1.13.0")."""
+    from jax._src.lib.mlir.dialects import hlo
+
+    return hlo.get_current_version()
+
+
+def stablehlo_export_target_version() -> str:
+    """The StableHLO version ``jax.export`` serializes for (about 4 weeks old, so consumers that
+    update monthly can read it); the same rule jax.export applies to its own modules."""
+    from jax._src.lib.mlir.dialects import hlo
+
+    if hlo.get_api_version() < 9:
+        return hlo.get_minimum_version()
+    return hlo.get_version_from_compatibility_requirement(hlo.StablehloCompatibilityRequirement.WEEK_4)
+
+
+# ---- a PJRT CPU client of our own -------------------------------------------------------------
+
+_CLIENTS: dict[int, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def cpu_client(num_devices: int) -> Any:
+    """A PJRT CPU client with exactly ``num_devices`` devices, made once per count and kept for
+    the process. It is not JAX's default backend: ``jax.devices()`` and the user's JAX config
+    are untouched, and buffers placed on it keep their dtype whatever ``jax_enable_x64`` says."""
+    from jax._src.lib import xla_client as xc
+
+    with _CLIENTS_LOCK:
+        if num_devices not in _CLIENTS:
+            _CLIENTS[num_devices] = xc.make_cpu_client(num_devices=num_devices)
+        return _CLIENTS[num_devices]
+
+
+def compile_replicated(client: Any, bytecode: bytes, num_replicas: int, *, optimize: bool = True) -> Any:
+    """Compiles MLIR bytecode for ``num_replicas`` replicas (one partition) on the client's first
+    ``num_replicas`` devices; ``optimize=False`` compiles with LLVM's optimization level 0 (several
+    times faster to compile). Raises RuntimeError (XLA's message) when XLA cannot compile it."""
+    from jax._src.lib import xla_client as xc
+
+    devices = client.devices()[:num_replicas]
+    opts = xc.CompileOptions()
+    opts.num_replicas = num_replicas
+    opts.num_partitions = 1
+    opts.device_assignment = xc.DeviceAssignment.create(np.arange(num_replicas).reshape(num_replicas, 1))
+    if not optimize:
+        opts.env_option_overrides = [("xla_backend_optimization_level", 0)]
+    try:
+        return client.compile_and_load(bytecode, xc.DeviceList(tuple(devices)), opts)
+    except xc.XlaRuntimeError as e:
+        raise RuntimeError(str(e)) from None
+
+
+def execute_replicated(client: Any, executable: Any,
+                       per_replica: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+    """Runs ``executable`` with replica r's arguments ``per_replica[r]`` on device r; returns the
+    outputs per replica as numpy arrays. Arguments are placed with ``buffer_from_pyval``, which
+    keeps int64/float64 (JAX's ``device_put`` would narrow them with x64 off)."""
     import jax
-    from jax.extend import backend
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    client = backend.get_backend("cpu")
-    overrides = None if optimize else {"xla_backend_optimization_level": 0}
-    return client.compile_and_load(module_to_bytecode(module), [jax.devices("cpu")[0]],
-                                   backend.get_compile_options(1, 1, env_options_overrides=overrides))
-
-
-def execute_on_cpu(executable: Any, args: Any) -> list:
-    """Runs an executable of :func:`compile_on_cpu` on numpy arrays; returns numpy arrays.
-
-    64-bit arguments (int64 token ids, float64) keep their width: JAX would narrow them to 32 bits
-    with x64 off, which the executable's parameter types do not allow."""
-    import jax
-    import jax.experimental
-    import numpy as np
-
-    device = jax.devices("cpu")[0]
-    with jax.experimental.enable_x64():
-        arrays = [jax.device_put(np.asarray(a), device) for a in args]
-        outs = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
-        return [np.asarray(o[0]) for o in outs]
+    n = len(per_replica)
+    devices = client.devices()[:n]
+    buffers = [[client.buffer_from_pyval(a, devices[r]) for a in args] for r, args in enumerate(per_replica)]
+    if n == 1:
+        args = buffers[0]
+    else:
+        # One array per argument whose shard on device r is replica r's value (pmap's layout).
+        replicated = NamedSharding(Mesh(np.array(devices), ("replica",)), PartitionSpec())
+        args = [jax.make_array_from_single_device_arrays(buffers[0][k].shape, replicated,
+                                                          [buffers[r][k] for r in range(n)])
+                for k in range(len(buffers[0]))]
+    outs = executable.execute_sharded(args).disassemble_into_single_device_arrays()
+    return [[np.asarray(o[r]) for o in outs] for r in range(n)]

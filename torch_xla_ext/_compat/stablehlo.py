@@ -36,10 +36,11 @@ class TorchXlaExport:
     state_dict: dict[str, np.ndarray]
     additional_constants: list[np.ndarray]
     bytecode: bytes | None = None
+    bytecode_path: str | None = None  # where the bytecode was read from (errors name it)
 
 
-def _from_meta(meta: Any, text: str, state_dict, constants, bytecode=None,
-               where: str = "meta") -> TorchXlaExport:
+def _from_meta(meta: Any, text: str | None, state_dict, constants, bytecode=None,
+               where: str = "meta", bytecode_path: str | None = None) -> TorchXlaExport:
     """Reads a StableHLOFunctionMeta (object, or the dict its JSON form loads to). A malformed
     JSON meta raises ValueError naming `where` and the field."""
 
@@ -109,36 +110,59 @@ def _from_meta(meta: Any, text: str, state_dict, constants, bytecode=None,
         state_dict=state_dict,
         additional_constants=constants,
         bytecode=bytecode,
+        bytecode_path=bytecode_path,
     )
 
 
-def export_program(exported_program: Any) -> TorchXlaExport:
-    """torch_xla.stablehlo.exported_program_to_stablehlo on a torch.export ExportedProgram."""
+def export_program(exported_program: Any, *, custom_ops_allowed_in_graph: tuple[str, ...] = (),
+                   export_node_metadata: bool = False) -> TorchXlaExport:
+    """torch_xla.stablehlo.exported_program_to_stablehlo on a torch.export ExportedProgram (with
+    StableHLOExportOptions' fields of the same names)."""
     from torch_xla import stablehlo as shlo
 
-    gm = shlo.exported_program_to_stablehlo(exported_program, shlo.StableHLOExportOptions())
-    bundle = gm._bundle
-    if len(bundle.stablehlo_funcs) != 1:
-        raise NotImplementedError(f"torch_xla produced {len(bundle.stablehlo_funcs)} functions; expected 1")
-    func = bundle.stablehlo_funcs[0]
-    text = func.text if func.text is not None else gm.get_stablehlo_text()
-    state = {k: np.asarray(v) for k, v in bundle.state_dict.items()}
-    consts = [np.asarray(c) for c in bundle.additional_constants]
-    out = _from_meta(func.meta, text, state, consts, bytes(func.bytecode))
+    options = shlo.StableHLOExportOptions()
+    options.custom_ops_allowed_in_graph = set(custom_ops_allowed_in_graph)
+    options.export_node_metadata = export_node_metadata
+    gm = shlo.exported_program_to_stablehlo(exported_program, options)
+    out = from_graph_module(gm)
     out.graph_module = gm  # kept for running torch_xla's own execution in tests/bench
     return out
 
 
+def from_graph_module(gm: Any) -> TorchXlaExport:
+    """The plain data of a StableHLOGraphModule (exported_program_to_stablehlo's result)."""
+    bundle = gm._bundle
+    if len(bundle.stablehlo_funcs) != 1:
+        raise NotImplementedError(f"torch_xla produced {len(bundle.stablehlo_funcs)} functions; expected 1")
+    func = bundle.stablehlo_funcs[0]
+    state = {k: np.asarray(v) for k, v in bundle.state_dict.items()}
+    consts = [np.asarray(c) for c in bundle.additional_constants]
+    return _from_meta(func.meta, func.text, state, consts, bytes(func.bytecode))
+
+
+# torch's messages for a view whose strides cannot express the new shape (fake/meta tensors
+# raise the first while torch.export's decompositions re-trace, eager tensors the second).
+_UNVIEWABLE = ("Cannot view a tensor with shape", "view size is not compatible with input tensor's size and stride")
+
+
+def is_unviewable_view_error(error: BaseException) -> bool:
+    """Whether torch_xla's exporter failed because torch.export's decompositions (which
+    exported_program_to_stablehlo runs) re-traced an aten.view on strides that cannot express it
+    (pytorch/pytorch#141107: scaled_dot_product_attention's decomposition changes its output's
+    strides, so a later `x.view(-1, n)` no longer fits)."""
+    return isinstance(error, (RuntimeError, ValueError)) and any(m in str(error) for m in _UNVIEWABLE)
+
+
 def run_with_torch_xla(graph_module: Any, *args: Any) -> list[np.ndarray]:
-    """Runs an export with torch_xla itself (StableHLOGraphModule.__call__, i.e. _XLAC._run_stablehlo)."""
+    """Runs an export with torch_xla itself (StableHLOGraphModule.__call__, i.e. _XLAC._run_stablehlo);
+    the outputs flattened as torch.utils._pytree flattens the model's return value."""
     import torch
     import torch_xla
 
     device = torch_xla.device()
-    res = graph_module(*[torch.as_tensor(a).to(device) for a in args])
-    if isinstance(res, torch.Tensor):
-        res = [res]
-    return [r.cpu().numpy() for r in res]
+    res = graph_module(*[torch.as_tensor(a).to(device) if isinstance(a, np.ndarray) or torch.is_tensor(a) else a
+                         for a in args])
+    return [r.cpu().numpy() for r in torch.utils._pytree.tree_leaves(res)]
 
 
 def is_saved_dir(path: str) -> bool:
@@ -175,10 +199,10 @@ def read_saved_dir(path: str, load_npy) -> TorchXlaExport:
     bc_path = os.path.join(fdir, name + ".bytecode")
     if os.path.exists(bc_path):
         bytecode = _read(bc_path)
-    if text is None:
-        if bytecode is None:
-            raise FileNotFoundError(f"{fdir}: neither {name}.mlir nor {name}.bytecode")
-        text = portable_artifact_to_text(bytecode, bc_path)
+    if text is None and bytecode is None:
+        raise FileNotFoundError(f"{fdir}: neither {name}.mlir nor {name}.bytecode")
+    # The text is read when it parses; the caller falls back to the bytecode when it does not
+    # (torch_xla prints MLIR debug info as bare string locations, which MLIR cannot parse back).
     state: dict[str, np.ndarray] = {}
     ddir = os.path.join(path, "data")
     if os.path.isdir(ddir):
@@ -192,7 +216,7 @@ def read_saved_dir(path: str, load_npy) -> TorchXlaExport:
             if not key.isdigit():
                 raise ValueError(f"{os.path.join(cdir, key)}: constant files are named by index")
             consts.append(load_npy(os.path.join(cdir, key), f"constants/{key}"))
-    return _from_meta(meta, text, state, consts, bytecode, where=meta_path)
+    return _from_meta(meta, text, state, consts, bytecode, where=meta_path, bytecode_path=bc_path)
 
 
 def _read(path: str) -> bytes:
@@ -346,16 +370,12 @@ def _on_big_stack(fn, *args):
 
 
 def _deserialize(data: bytes, path: str) -> str:
-    from jax._src.interpreters import mlir as jmlir
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import hlo
+    from jax.extend import mlir as jmlir
 
-    with jmlir.make_ir_context():
-        try:
-            module = hlo.deserialize_portable_artifact(ir.Context.current, data)
-        except Exception as e:  # noqa: BLE001 - the MLIR error type is not public
-            raise ValueError(f"{path}: not a StableHLO portable artifact ({e})") from None
-        return str(module)
+    try:
+        return jmlir.deserialize_portable_artifact(data)
+    except Exception as e:  # noqa: BLE001 - the MLIR error type is not public
+        raise ValueError(f"{path}: not a StableHLO portable artifact ({e})") from None
 
 
 # --- collectives -------------------------------------------------------------------------------

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from torch_xla_ext._factory import resolve
+from torch_xla_ext._factory import load_model
 from torch_xla_ext.cli import progress
 
 
 def _run_export(args: argparse.Namespace) -> int:
     from torch_xla_ext import export
 
-    made = resolve(args.model)()
-    if not isinstance(made, tuple) or len(made) not in (2, 3):
-        raise TypeError(f"--model: {args.model}() must return (model, args) or (model, args, kwargs)")
-    model, example_args, kwargs = (made + (None,))[:3]
+    model, example_args, kwargs = load_model(args.model)
     progress(f"exporting {args.model} with torch.export and torch_xla")
     bundle = export.export(model, example_args, kwargs)
     if args.strip_tokens:

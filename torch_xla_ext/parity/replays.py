@@ -221,7 +221,6 @@ class Replay:
 
     def __init__(self, program: Program, *, rounded: bool, intermediates: bool = False):
         from jax.extend.mlir import ir
-        import jax
 
         from torch_xla_ext._compat import jax_mlir
 
@@ -258,8 +257,9 @@ class Replay:
                 # The exact replay is fp64, where evaluation order is far below the tolerances:
                 # LLVM's level 0 compiles it several times faster. The rounded replay keeps XLA's
                 # default, whose f32 code (FMA contraction, vectorised reductions) it reproduces.
-                self.executable = jax_mlir.compile_on_cpu(module, optimize=rounded)
-            except jax.errors.JaxRuntimeError as e:
+                self.executable = jax_mlir.compile_replicated(
+                    jax_mlir.cpu_client(1), jax_mlir.module_to_bytecode(module), 1, optimize=rounded)
+            except RuntimeError as e:
                 raise ReplayError(f"XLA cannot compile the {self.mode} replay: {_first_line(e)}") from None
             self.seconds["compile"] = time.perf_counter() - t1
 
@@ -277,7 +277,7 @@ class Replay:
                 raise ParityError(f"args[{k}]: main's argument {k} is {et}{shape}, got {arr.dtype}{list(arr.shape)}")
             arrays.append(np.ascontiguousarray(arr))
         t0 = time.perf_counter()
-        out = jax_mlir.execute_on_cpu(self.executable, arrays)
+        out = jax_mlir.execute_replicated(jax_mlir.cpu_client(1), self.executable, [arrays])[0]
         self.seconds["run"] = time.perf_counter() - t0
         return out
 

@@ -1,0 +1,38 @@
+"""Export on the zoo, transformers' decoders (GPT-2 at batch 2, Llama with GQA) and T5: export -> save -> load -> run against torch_xla's execution of
+the same export, manifest roles against torch.export's graph signature, output names against
+torch.utils._pytree, int64 kept, and to_jax's round trip (checks in zoo_checks.py)."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import zoo_checks as checks  # noqa: E402
+
+NAMES = ("gpt2", "llama", "t5")
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def case(request, tmp_path_factory):
+    return checks.build_case(request.param, str(tmp_path_factory.mktemp("zoo")))
+
+
+def test_run_matches_torch_xla(case):
+    checks.check_run(case)
+
+
+def test_manifest_roles_match_graph_signature(case):
+    checks.check_roles_against_graph_signature(case)
+
+
+def test_outputs_named_like_pytree(case):
+    checks.check_outputs_named_like_pytree(case)
+
+
+def test_int64_kept(case):
+    checks.check_int64_kept(case)
+
+
+def test_to_jax_round_trip(case):
+    checks.check_to_jax_round_trip(case)

@@ -1,0 +1,31 @@
+"""StableHLO export with a typed calling convention: what every `main` argument is (user input,
+parameter, buffer, constant, collective token), what every collective does (reduce, groups,
+token, scale), what every output is called, a bundle format that loads without pickle, a runner
+that needs no torch, and the program as a `jax.export.Exported`.
+
+Example:
+    >>> from torch_xla_ext import export
+    >>> bundle = export.export(model, (x,))            # torch.export + torch_xla's exporter
+    >>> [i.kind for i in bundle.manifest.inputs]
+    ['collective_token', 'parameter', 'parameter', 'user_input']
+    >>> bundle.save("/tmp/m"); outs = export.run("/tmp/m", x.numpy())
+
+One module per job: `manifest` (the calling convention and its validation, the dtype table),
+`bundle` (save/load, untrusted-input hardening), `graph` (main's value graph for the C++ analysis
+in cc/collectives/analysis.h), `exporter` (torch.export + torch_xla, names), `runner` (`run` on
+PJRT CPU devices), `transforms` (`strip_tokens`, `inline_constants`, `to_jax`). `run`, `load`,
+the transforms and `to_jax` import JAX only, never torch.
+"""
+
+from torch_xla_ext.export.bundle import ARTIFACT_FILE, MODULE_FILE, Bundle, load
+from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError, RunInputError
+from torch_xla_ext.export.exporter import ExportOptions, export
+from torch_xla_ext.export.manifest import FORMAT_VERSION, INPUT_KINDS, MANIFEST_FILE, Collective, Input, Manifest
+from torch_xla_ext.export.runner import run
+from torch_xla_ext.export.transforms import inline_constants, strip_tokens, to_jax
+
+__all__ = [
+    "ARTIFACT_FILE", "Bundle", "BundleError", "BundleFileNotFoundError", "Collective", "ExportOptions",
+    "FORMAT_VERSION", "INPUT_KINDS", "Input", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "RunInputError",
+    "export", "inline_constants", "load", "run", "strip_tokens", "to_jax",
+]

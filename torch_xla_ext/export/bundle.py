@@ -1,0 +1,349 @@
+"""Bundle I/O: the `Bundle` (module, manifest, arrays), `save`, and `load` of our bundles and of
+torch_xla's `save_as_stablehlo` directories, treating both as untrusted input (never unpickles,
+checks .npy headers before reading data, validates every manifest field against `main`).
+
+Example:
+    >>> bundle.save("/tmp/exported")
+    >>> bundle = load("/tmp/exported")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import tokenize
+from typing import Any
+
+import numpy as np
+
+from torch_xla_ext.export import graph
+from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError
+from torch_xla_ext.export.manifest import MANIFEST_FILE, Input, Manifest, dtype_name, np_dtype, torch_dtype_name
+
+MODULE_FILE = "module.mlir"
+ARTIFACT_FILE = "module.mlirbc"  # StableHLO portable artifact (VHLO bytecode) of the same module
+
+
+@dataclasses.dataclass
+class Bundle:
+    """A StableHLO module, the arrays its non-user arguments take (keyed by the manifest's
+    `file` field) and the manifest describing `main`'s calling convention."""
+
+    module_text: str
+    manifest: Manifest
+    arrays: dict[str, np.ndarray]
+    torch_xla_export: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def weights(self) -> dict[str, np.ndarray]:
+        return {i.name: self.arrays[i.file] for i in self.manifest.inputs
+                if i.kind in ("parameter", "buffer") and i.file in self.arrays}
+
+    def save(self, path: str | os.PathLike, *, portable_artifact: bool = True) -> None:
+        """Writes manifest.json, module.mlir (text), module.mlirbc (the StableHLO portable
+        artifact, stable across StableHLO versions) and one .npy per array under `path`.
+
+        Example: ``bundle.save("/tmp/exported")``.
+        """
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        manifest = self.manifest
+        if portable_artifact:
+            version, data = portable_artifact_of(self.module_text)
+            with open(os.path.join(path, ARTIFACT_FILE), "wb") as f:
+                f.write(data)
+            manifest = dataclasses.replace(manifest, portable_artifact_version=version)
+        for key, arr in self.arrays.items():
+            dest = os.path.join(path, key)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            arr = np.asarray(arr)
+            if dtype_name(arr.dtype) == "bfloat16":  # .npy has no bfloat16: its bits as uint16
+                arr = arr.view(np.uint16)
+            np.save(dest, arr, allow_pickle=False)
+        with open(os.path.join(path, MODULE_FILE), "w") as f:
+            f.write(self.module_text)
+        with open(os.path.join(path, MANIFEST_FILE), "w") as f:
+            f.write(manifest.to_json(indent=2))
+
+
+def portable_artifact_of(text: str) -> tuple[str, bytes]:
+    """(StableHLO version, portable artifact bytes) of a module's text."""
+    from jax.extend import mlir as jmlir
+
+    from torch_xla_ext._compat import jax_mlir
+
+    ctx, module = graph.parse(text, MODULE_FILE)
+    with ctx:
+        version = jax_mlir.stablehlo_current_version()
+        return version, jmlir.serialize_portable_artifact(jax_mlir.module_to_bytecode(module), version)
+
+
+def array_key(kind: str, name: str | None, index: int) -> str:
+    if name:
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+        return f"{'weights' if kind in ('parameter', 'buffer') else 'constants'}/{safe}.npy"
+    return f"constants/{index}.npy"
+
+
+def parsable_text(text: str | None, bytecode: bytes | None, where: str, bytecode_where: str):
+    """(text, (ctx, module)) of a module given as text and/or a portable artifact: the text when it
+    parses, else the artifact's (torch_xla's text printed with its MLIR debug info, bare string
+    locations, does not parse; its bytecode does)."""
+    from torch_xla_ext._compat import stablehlo as _shlo
+
+    first: BundleError | None = None
+    if text is not None:
+        try:
+            return text, graph.parse(text, where)
+        except BundleError as e:
+            if bytecode is None or "not a parsable" not in str(e):
+                raise
+            first = e
+    if bytecode is None:
+        raise BundleFileNotFoundError(f"{where}: no module text and no portable artifact")
+    with typed_errors():
+        fallback = _shlo.portable_artifact_to_text(bytecode, bytecode_where)
+    try:
+        return fallback, graph.parse(fallback, bytecode_where)
+    except BundleError as e:
+        if first is None or graph.DIALECT_ERROR in str(e):
+            raise  # the artifact's error says more (it names the unknown dialect)
+        raise first from None  # neither parses: the text's error is the one to read
+
+
+def from_torch_xla(tx, kinds_by_target: dict[str, str] | None, user_leaves: list[dict[str, Any]] | None,
+                   calls: list[dict[str, Any]] | None, where: str = "",
+                   output_names: list[str] | None = None) -> Bundle:
+    """A Bundle of what torch_xla's exporter produced (`_compat.stablehlo.TorchXlaExport`).
+
+    kinds_by_target: state-dict name -> parameter/buffer/constant (torch.export's graph
+    signature); without it (a save_as_stablehlo directory) every state entry is a parameter.
+    user_leaves: every user input leaf in position order ({"name", "shape", "dtype", "value"}),
+    from the example inputs; without it, torch_xla's own unused_inputs are used.
+    """
+    inputs: list[Input] = []
+    arrays: dict[str, np.ndarray] = {}
+    src = where or MODULE_FILE
+
+    def check(arr, shape, dtype, file, i):
+        # Read from disk (load): the file must hold what input_signature says main takes.
+        if where and (list(arr.shape) != list(shape) or dtype_name(arr.dtype) != dtype):
+            raise BundleError(f"{where}{file}: {dtype_name(arr.dtype)}{list(arr.shape)} but meta field "
+                              f"'input_signature[{i}]' is {dtype}{list(shape)}")
+        return arr
+
+    if len(tx.input_locations) != len(tx.input_signature):
+        raise BundleError(f"{where}meta: {len(tx.input_locations)} input_locations but "
+                          f"{len(tx.input_signature)} input_signature entries")
+    for i, (loc, (shape, tdtype)) in enumerate(zip(tx.input_locations, tx.input_signature)):
+        dtype = torch_dtype_name(tdtype)
+        if loc.type == "input_arg":
+            if loc.position < 0 or any(p.position == loc.position for p in inputs if p.kind == "user_input"):
+                raise BundleError(f"{where}meta: input_locations[{i}].position {loc.position} is negative "
+                                  f"or repeated")
+            name = None
+            if user_leaves is not None:
+                if loc.position >= len(user_leaves):
+                    raise BundleError(f"{src}: main's argument {i} is user input {loc.position}, but the example "
+                                      f"inputs have {len(user_leaves)} leaves")
+                name = user_leaves[loc.position]["name"]
+            inputs.append(Input(i, "user_input", shape, dtype, position=loc.position, name=name))
+        elif loc.type == "parameter":
+            if loc.name not in tx.state_dict:
+                raise BundleError(f"{where}data/{loc.name}: missing weight for main argument {i}")
+            kind = (kinds_by_target or {}).get(loc.name, "parameter")
+            arr = check(tx.state_dict[loc.name], shape, dtype, f"data/{loc.name}", i)
+            key = array_key(kind, loc.name, i)
+            arrays[key] = arr
+            value = _scalar_value(arr) if kind == "constant" else None
+            inputs.append(Input(i, kind, shape, dtype, name=loc.name, value=value, file=key))
+        elif loc.type == "constant":
+            if not 0 <= loc.position < len(tx.additional_constants):
+                raise BundleError(f"{where}constants/{loc.position}: missing constant for main argument {i}")
+            arr = check(tx.additional_constants[loc.position], shape, dtype, f"constants/{loc.position}", i)
+            key = f"constants/{loc.position}.npy"
+            arrays[key] = arr
+            inputs.append(Input(i, "constant", shape, dtype, value=_scalar_value(arr), file=key))
+        else:
+            raise BundleError(f"{where}meta: input_locations[{i}] has unknown type '{loc.type}'")
+    used = {i.position for i in inputs if i.kind == "user_input"}
+    if user_leaves is not None:
+        # Every leaf of the example inputs main does not take (torch_xla's own list indexes the
+        # top-level arguments, not the leaves, so it is wrong for nested inputs).
+        unused = []
+        for p, leaf in enumerate(user_leaves):
+            if p in used:
+                continue
+            u = {"position": p, "shape": leaf["shape"], "dtype": leaf["dtype"], "name": leaf["name"]}
+            if "value" in leaf:
+                u["value"] = leaf["value"]
+            unused.append(u)
+        num_user = len(user_leaves)
+    else:
+        unused = [{"position": p, "shape": s, "dtype": torch_dtype_name(d)} for p, s, d in tx.unused_inputs]
+        positions = sorted(used | {u["position"] for u in unused})
+        num_user = positions[-1] + 1 if positions else 0
+    outputs = []
+    for k, (s, d) in enumerate(tx.output_signature):
+        out = {"shape": s, "dtype": torch_dtype_name(d)}
+        if output_names is not None and k < len(output_names):
+            out["name"] = output_names[k]
+        outputs.append(out)
+    manifest = Manifest(inputs=inputs, collectives=[], outputs=outputs, unused_inputs=unused,
+                        num_user_inputs=num_user)
+    text, parsed = parsable_text(tx.text, tx.bytecode, src, tx.bytecode_path or "torch_xla's bytecode")
+    graph.analyze_into(text, manifest, calls or [], src, parsed=parsed)
+    # Tokens keep their value for assembling arguments, but need no file.
+    for inp in manifest.inputs:
+        if inp.kind == "collective_token" and inp.file is not None:
+            inp.value = float(arrays.pop(inp.file))
+            inp.file = None
+    return Bundle(text, manifest, arrays)
+
+
+def _scalar_value(arr: np.ndarray) -> float | None:
+    if arr.ndim != 0 or arr.dtype.kind not in "biuf":
+        return None
+    return float(arr)
+
+
+# --- load --------------------------------------------------------------------------------------
+
+
+def load_npy(path: str, field: str) -> np.ndarray:
+    """Reads a plain numeric .npy without unpickling: the header is checked (dtype kind, shape,
+    data size against the file size) before any data is read, so a corrupt header can neither
+    reach the pickle path nor make numpy allocate what the file does not hold."""
+    if not os.path.exists(path):
+        raise BundleFileNotFoundError(f"{path}: missing (referenced by {field})")
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            version = fmt.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"unsupported .npy format version {version}")
+            read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, fortran_order, dtype = read_header(f)
+            if dtype.kind not in "biufc" or dtype.hasobject or dtype.fields is not None or dtype.subdtype:
+                raise ValueError(f"dtype {dtype.str} is not a plain numeric dtype")
+            if any(s < 0 for s in shape):
+                raise ValueError(f"negative dimension in shape {shape}")
+            nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if size - f.tell() != nbytes:
+                raise ValueError(f"header says {nbytes} bytes of data ({dtype.str}{list(shape)}), "
+                                 f"the file holds {size - f.tell()}")
+            data = f.read(nbytes)
+    except IsADirectoryError:
+        raise BundleError(f"{path}: a directory, not an .npy file ({field})") from None
+    except (ValueError, SyntaxError, tokenize.TokenError, RecursionError) as e:  # bad magic, header, size
+        raise BundleError(f"{path}: not a plain numeric .npy file ({field}): {e}") from None
+    except (OSError, EOFError) as e:
+        raise BundleError(f"{path}: unreadable .npy ({field}): {e}") from None
+    arr = np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
+    return arr.astype(dtype.newbyteorder("="))  # a copy in native byte order (what JAX takes)
+
+
+def read_file(path: str, what: str, binary: bool = False):
+    """The whole file at `path`; OS and encoding failures become our typed errors naming it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise BundleFileNotFoundError(f"{path}: missing ({what})") from None
+    except IsADirectoryError:
+        raise BundleError(f"{path}: a directory, not a file ({what})") from None
+    except OSError as e:
+        raise BundleError(f"{path}: unreadable ({what}): {e.strerror or e}") from None
+    if binary:
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BundleError(f"{path}: not UTF-8 text ({what}): {e}") from None
+
+
+def _read_json(path: str, what: str) -> Any:
+    text = read_file(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BundleError(f"{path}: not JSON ({e})") from None
+    except RecursionError:
+        raise BundleError(f"{path}: not JSON we accept (nested too deeply)") from None
+
+
+@contextlib.contextmanager
+def typed_errors():
+    """Plain ValueError / FileNotFoundError from _compat readers become this component's types."""
+    try:
+        yield
+    except (BundleError, BundleFileNotFoundError):
+        raise
+    except FileNotFoundError as e:
+        raise BundleFileNotFoundError(str(e)) from None
+    except ValueError as e:
+        raise BundleError(str(e)) from None
+    except OSError as e:  # a directory or a symlink loop where a file should be
+        raise BundleError(f"{e.filename}: unreadable: {e.strerror or e}") from None
+
+
+def load(path: str | os.PathLike) -> Bundle:
+    """Loads a bundle written by :meth:`Bundle.save`, or torch_xla's own `save_as_stablehlo`
+    directory, and validates it against the module's `main` (argument count, shapes, dtypes).
+    Never unpickles. Raises BundleError / BundleFileNotFoundError naming the file and field.
+
+    Example: ``bundle = export.load("/tmp/exported")``.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise BundleFileNotFoundError(f"{path}: not a directory")
+    from torch_xla_ext._compat import stablehlo as _shlo
+
+    mpath = os.path.join(path, MANIFEST_FILE)
+    if not os.path.lexists(mpath) and _shlo.is_saved_dir(path):
+        with typed_errors():
+            tx = _shlo.read_saved_dir(path, load_npy)
+        return from_torch_xla(tx, None, None, None, where=path + "/")
+    if not os.path.exists(mpath):
+        raise BundleFileNotFoundError(f"{mpath}: missing (and {path} is not a save_as_stablehlo directory)")
+    manifest = Manifest.from_dict(_read_json(mpath, "the manifest"), mpath)
+    modpath = os.path.join(path, MODULE_FILE)
+    artpath = os.path.join(path, ARTIFACT_FILE)
+    # save writes text that parses, so here (unlike torch_xla's directories) text that does not
+    # parse is an error, not a reason to read the artifact instead.
+    if os.path.exists(modpath):
+        text = read_file(modpath, "the module's text")
+        ctx, module = graph.parse(text, modpath)
+    elif os.path.exists(artpath):
+        artifact = read_file(artpath, "the module's portable artifact", binary=True)
+        text, (ctx, module) = parsable_text(None, artifact, artpath, artpath)
+        modpath = artpath
+    else:
+        raise BundleFileNotFoundError(f"{modpath}: missing (and no {ARTIFACT_FILE})")
+    with ctx:
+        arg_types = graph.argument_types(module, modpath, graph.describe_input(manifest))
+    graph.check_signature(arg_types, manifest, modpath)
+    for k, c in enumerate(manifest.collectives):
+        if any(i >= len(manifest.inputs) for i in c.operand_inputs):
+            raise BundleError(f"{mpath}: field 'collectives[{k}].operand_inputs' is {c.operand_inputs}, "
+                              f"but there are {len(manifest.inputs)} inputs")
+    arrays: dict[str, np.ndarray] = {}
+    for inp in manifest.inputs:
+        if inp.file is None:
+            continue
+        field = f"{MANIFEST_FILE} inputs[{inp.index}].file"
+        arr = load_npy(os.path.join(path, inp.file), field)
+        if inp.dtype == "bfloat16" and arr.dtype == np.uint16:  # how save writes bfloat16
+            arr = arr.view(np_dtype("bfloat16"))
+        if list(arr.shape) != inp.shape:
+            raise BundleError(f"{os.path.join(path, inp.file)}: shape {list(arr.shape)} but "
+                              f"{MANIFEST_FILE} field 'inputs[{inp.index}].shape' is {inp.shape}")
+        if dtype_name(arr.dtype) != inp.dtype:
+            raise BundleError(f"{os.path.join(path, inp.file)}: dtype {dtype_name(arr.dtype)} but "
+                              f"{MANIFEST_FILE} field 'inputs[{inp.index}].dtype' is {inp.dtype}")
+        arrays[inp.file] = arr
+    return Bundle(text, manifest, arrays)
+

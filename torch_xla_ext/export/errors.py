@@ -1,0 +1,20 @@
+"""The export component's errors, each a subclass of the status-code class in
+:mod:`torch_xla_ext.errors` (so ``except ValueError`` and ``except TorchXlaExtError`` both work)."""
+
+from __future__ import annotations
+
+from torch_xla_ext.errors import InvalidArgumentError, NotFoundError
+
+
+class BundleError(InvalidArgumentError):
+    """A bundle that is malformed, does not match its module, or holds what cannot be run here
+    (an MLIR dialect JAX does not register, a dynamic shape); names the file and the field."""
+
+
+class BundleFileNotFoundError(NotFoundError):
+    """A file the manifest refers to (or the manifest itself) is missing."""
+
+
+class RunInputError(InvalidArgumentError):
+    """User inputs (or ``num_replicas``) that do not match the manifest: count, shape, dtype, or a
+    Python constant other than the one the program was exported with."""

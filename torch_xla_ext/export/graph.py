@@ -1,0 +1,246 @@
+"""`main`'s value graph for the C++ analysis (cc/collectives/analysis.h): the module parsed with
+JAX's MLIR bindings, checked (depth, dialects, static shapes), walked into (values, ops), analysed
+into input kinds and collectives.
+
+Example:
+    >>> ctx, module = parse(text, "module.mlir")
+    >>> analyze_into(text, manifest, recorded_calls, "module.mlir")   # fills kinds and collectives
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import numpy as np
+
+from torch_xla_ext._ext import collectives as _core
+from torch_xla_ext.export.errors import BundleError
+from torch_xla_ext.export.manifest import ELEMENT_TYPES, MANIFEST_FILE, Collective, Manifest
+
+# MLIR's parser recurses once per nesting level of types, attributes and regions: a module
+# nested deeply enough overflows the stack (a segfault). Real modules nest a few dozen levels.
+MAX_NESTING = 1000
+_BRACKET_STEP = np.zeros(256, np.int8)
+_BRACKET_STEP[[ord(c) for c in "([{<"]] = 1
+_BRACKET_STEP[[ord(c) for c in ")]}>"]] = -1
+# How MLIR's parser names a dialect it does not have (pt2e exports use `quant`, for example):
+# `!"quant"<...>` type created with unregistered dialect; 'quant.qcast' op ... unregistered
+# dialect; Dialect `quant' not found for custom op.
+_DIALECT_ERRORS = (
+    re.compile(r"[!#]\"?([A-Za-z_]\w*)\"?[<.]"),
+    re.compile(r"'([A-Za-z_]\w*)\.[\w.]+' op"),
+    re.compile(r"[Dd]ialect [`'\"]([A-Za-z_]\w*)[`'\"]"),
+)
+
+
+DIALECT_ERROR = "uses the MLIR dialect"
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest bracket nesting outside string literals (an upper bound on parser recursion)."""
+    bare = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text).replace("->", "")
+    step = _BRACKET_STEP[np.frombuffer(bare.encode("utf-8", "replace"), np.uint8)]
+    return int(np.cumsum(step, dtype=np.int64).max(initial=0))
+
+
+def parse(text: str, where: str):
+    """(context, module) of StableHLO text; a BundleError naming `where` (and the dialect, when
+    MLIR does not know one) otherwise."""
+    from jax.extend.mlir import ir
+
+    from torch_xla_ext._compat import jax_mlir
+
+    depth = nesting_depth(text)
+    if depth > MAX_NESTING:
+        raise BundleError(f"{where}: nested {depth} levels deep (more than {MAX_NESTING}); not parsed")
+    ctx = jax_mlir.make_context()
+    with ctx:
+        try:
+            module = ir.Module.parse(text)
+        except Exception as e:  # noqa: BLE001 - MLIR raises its own error type
+            message = str(e)
+            detail = " ".join(line.strip() for line in message.splitlines()[:3])
+            dialect = unknown_dialect(message)
+            if dialect:
+                raise BundleError(f"{where}: {DIALECT_ERROR} '{dialect}', which JAX's MLIR context does not "
+                                  f"register, so the module cannot be loaded or run here ({detail})") from None
+            raise BundleError(f"{where}: not a parsable StableHLO module ({detail})") from None
+    return ctx, module
+
+
+def unknown_dialect(message: str) -> str | None:
+    """The dialect an MLIR parse error says is unregistered, if it says so."""
+    if "unregistered dialect" not in message and not re.search(r"[Dd]ialect .* not found", message):
+        return None
+    for pattern in _DIALECT_ERRORS:
+        m = pattern.search(message)
+        if m:
+            return m.group(1)
+    return None
+
+
+def main_func(module, where: str):
+    from jax.extend.mlir import ir
+
+    for op in module.body.operations:
+        if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+            return op
+    raise BundleError(f"{where}: module has no function 'main'")
+
+
+def tensor_type(t, where: str = "value") -> tuple[list[int], str]:
+    """(shape, dtype name) of a statically shaped tensor type; a BundleError naming `where` for a
+    dynamic dimension, an unranked tensor or a non-tensor."""
+    from jax.extend.mlir import ir
+
+    if not ir.RankedTensorType.isinstance(t):
+        raise BundleError(f"{where}: type {t} is not a ranked tensor")
+    rt = ir.RankedTensorType(t)
+    if not rt.has_static_shape:
+        dims = [k for k in range(rt.rank) if rt.is_dynamic_dim(k)]
+        raise BundleError(f"{where}: type {t} has dynamic dimension(s) {dims}; only static shapes can be "
+                          f"loaded and run (export with static example inputs)")
+    et = str(rt.element_type)
+    return list(rt.shape), ELEMENT_TYPES.get(et, et)
+
+
+def argument_types(module, where: str, describe: Callable[[int], str] | None = None) -> list[tuple[list[int], str]]:
+    """(shape, dtype) of every argument of main; errors name the argument (and what it is)."""
+    main = main_func(module, where)
+    out = []
+    for k, a in enumerate(main.regions[0].blocks[0].arguments):
+        what = f" ({describe(k)})" if describe else ""
+        out.append(tensor_type(a.type, f"{where}: main's argument {k}{what}"))
+    return out
+
+
+def build_graph(ctx, module, where: str, describe: Callable[[int], str] | None = None):
+    """main's top-level ops as (values, num_args, ops, returned) for _core.analyze."""
+    from jax.extend.mlir import ir
+
+    with ctx:
+        block = main_func(module, where).regions[0].blocks[0]
+        values: list[tuple[list[int], str]] = list(argument_types(module, where, describe))
+        ids: dict[Any, int] = {a: k for k, a in enumerate(block.arguments)}
+        num_args = len(values)
+        ops, returned = [], []
+        for op in block.operations:
+            o = op.operation
+            operands = [ids[v] for v in o.operands]
+            if o.name == "func.return":
+                returned = operands
+                continue
+            results = []
+            for r in o.results:
+                ids[r] = len(values)
+                results.append(len(values))
+                try:
+                    values.append(tensor_type(r.type))
+                except BundleError:  # tokens, tuples, dynamic results: not the analysis' business
+                    values.append(([], str(r.type)))
+            reduction, groups, splat = "", [], None
+            if o.name == "stablehlo.constant":
+                attr = ir.DenseElementsAttr(o.attributes["value"])
+                if attr.is_splat:
+                    try:
+                        splat = _splat_float(attr)
+                    except (TypeError, ValueError):
+                        splat = None
+            elif "replica_groups" in o.attributes:
+                arr = np.array(ir.DenseIntElementsAttr(o.attributes["replica_groups"]))
+                groups = [[int(x) for x in row] for row in arr.reshape(arr.shape[0], -1)] if arr.size else []
+            if len(o.regions) == 1 and o.name.startswith("stablehlo.") and o.regions[0].blocks:
+                body = [b.operation.name for b in o.regions[0].blocks[0].operations]
+                if len(body) == 2 and body[1] == "stablehlo.return":
+                    reduction = body[0]
+            ops.append((o.name, operands, results, reduction, groups, splat))
+    return values, num_args, ops, returned
+
+
+COLLECTIVE_OPS = {f"stablehlo.{n}" for n in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                               "collective_permute", "collective_broadcast")}
+
+
+def nested_collectives(ctx, module, where: str) -> list[dict[str, str]]:
+    """Collectives inside regions of main's ops (while/case bodies): the analysis sees main's top
+    level only, so these are listed in the manifest rather than described."""
+    found: list[dict[str, str]] = []
+
+    def walk(op, top: str) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if o.name in COLLECTIVE_OPS:
+                        found.append({"op": o.name[len("stablehlo."):], "inside": top})
+                    walk(o, top)
+
+    with ctx:
+        for op in main_func(module, where).regions[0].blocks[0].operations:
+            o = op.operation
+            if o.name in COLLECTIVE_OPS:
+                continue  # its region is the reduction body
+            walk(o, o.name)
+    return found
+
+
+def _splat_float(attr) -> float:
+    from jax.extend.mlir import ir
+
+    v = attr.get_splat_value()
+    if ir.FloatAttr.isinstance(v):
+        return float(ir.FloatAttr(v).value)
+    if ir.IntegerAttr.isinstance(v):
+        return float(ir.IntegerAttr(v).value)
+    raise TypeError("not a number")
+
+
+def describe_input(manifest: Manifest) -> Callable[[int], str]:
+    """What main's argument k is, for error messages ("user input 0 'x'", "parameter 'fc.weight'")."""
+    def describe(k: int) -> str:
+        if k >= len(manifest.inputs):
+            return "not in the manifest"
+        i = manifest.inputs[k]
+        if i.kind == "user_input":
+            return f"user input at position {i.position}" + (f" '{i.name}'" if i.name else "")
+        return i.kind + (f" '{i.name}'" if i.name else "")
+    return describe
+
+
+def analyze_into(text: str, manifest: Manifest, calls: list[dict[str, Any]], where: str, parsed=None) -> None:
+    """Fills `manifest`'s input kinds, collectives and nested collectives from main's graph."""
+    ctx, module = parsed or parse(text, where)
+    values, num_args, ops, returned = build_graph(ctx, module, where, describe_input(manifest))
+    manifest.nested_collectives = nested_collectives(ctx, module, where)
+    check_signature(values[:num_args], manifest, where)
+    declared = [(i.kind if i.kind != "collective_token" else "constant", i.value) for i in manifest.inputs]
+    a = _core.analyze(values, num_args, ops, returned, declared)
+    for inp, kind in zip(manifest.inputs, a["input_kinds"]):
+        inp.kind = kind
+    # Match recorded all-reduce calls to the module's all-reduces in program order; a model
+    # traced more than once records each call once per trace, so take the newest trace.
+    all_reduces = [c for c in a["collectives"] if c["op"] == "all_reduce"]
+    recorded = calls[-len(all_reduces):] if all_reduces and len(calls) % len(all_reduces) == 0 and calls else []
+    it = iter(recorded)
+    for c in a["collectives"]:
+        call = next(it) if (recorded and c["op"] == "all_reduce") else None
+        manifest.collectives.append(Collective(
+            op=c["op"], reduce=c["reduce"], replica_groups=c["replica_groups"],
+            token_input=c["token_input"], token_mixed_into_operand=c["token_mixed_into_operand"],
+            operand_inputs=c["operand_inputs"], scale=c["scale"],
+            requested_scale=None if call is None else call["requested_scale"],
+            lowering=None if call is None else call["lowering"]))
+
+
+def check_signature(arg_types: list[tuple[list[int], str]], manifest: Manifest, where: str) -> None:
+    if len(arg_types) != len(manifest.inputs):
+        raise BundleError(f"{where}: main has {len(arg_types)} arguments but {MANIFEST_FILE} field "
+                          f"'inputs' has {len(manifest.inputs)} entries")
+    for i, ((shape, dtype), inp) in enumerate(zip(arg_types, manifest.inputs)):
+        if list(shape) != list(inp.shape):
+            raise BundleError(f"{MANIFEST_FILE}: field 'inputs[{i}].shape' is {inp.shape} but main's "
+                              f"argument {i} in {where} has shape {shape}")
+        if dtype != inp.dtype:
+            raise BundleError(f"{MANIFEST_FILE}: field 'inputs[{i}].dtype' is {inp.dtype} but main's "
+                              f"argument {i} in {where} has dtype {dtype}")

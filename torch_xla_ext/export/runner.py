@@ -1,0 +1,123 @@
+"""`run`: a bundle's `main` on PJRT CPU devices through jaxlib, without torch, every argument
+assembled from the manifest. Runs on a CPU client of our own (one per replica count, kept for the
+process), so it neither reads nor changes the process's JAX configuration: int64/float64 values
+keep their dtype with ``jax_enable_x64`` off, and ``num_replicas`` may change from call to call.
+
+Example:
+    >>> run(bundle, x)                                  # [out0, ...]
+    >>> run(bundle, (x0,), (x1,), num_replicas=2)       # [[replica 0's outputs], [replica 1's]]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from torch_xla_ext.export import graph
+from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, load
+from torch_xla_ext.export.errors import BundleError, RunInputError
+from torch_xla_ext.export.manifest import MANIFEST_FILE, PYTHON_PREFIX, dtype_name, is_python_constant, np_dtype
+
+_EXECUTABLES: dict[tuple[str, int], Any] = {}
+_LOCK = threading.Lock()
+
+
+def _executable(text: str, n: int):
+    from torch_xla_ext._compat import jax_mlir
+
+    key = (hashlib.sha256(text.encode()).hexdigest(), n)
+    with _LOCK:
+        if key not in _EXECUTABLES:
+            client = jax_mlir.cpu_client(n)
+            ctx, module = graph.parse(text, MODULE_FILE)
+            with ctx:
+                code = jax_mlir.module_to_bytecode(module)
+            try:
+                exe = jax_mlir.compile_replicated(client, code, n)
+            except RuntimeError as e:  # parses and verifies, but XLA cannot compile it
+                detail = " ".join(str(e).splitlines()[:2])
+                raise BundleError(f"{MODULE_FILE}: XLA cannot compile main ({detail})") from None
+            _EXECUTABLES[key] = (client, exe)
+        return _EXECUTABLES[key]
+
+
+def _same_constant(given: Any, value: Any) -> bool:
+    if isinstance(given, np.ndarray) and given.ndim == 0 or isinstance(given, np.generic):
+        given = given.item()
+    if isinstance(value, float) and isinstance(given, float) and math.isnan(value):
+        return math.isnan(given)
+    return type(given) is type(value) and given == value
+
+
+def _arguments(bundle: Bundle, user_inputs: Sequence[Any], replica: int | None) -> list[np.ndarray]:
+    m = bundle.manifest
+    where = "user_inputs" if replica is None else f"user_inputs[{replica}]"
+    if len(user_inputs) != m.num_user_inputs:
+        raise RunInputError(f"{where}: expected {m.num_user_inputs} user inputs (the leaves of (args, "
+                            f"kwargs)), got {len(user_inputs)}")
+    for u in m.unused_inputs:
+        # A Python constant was baked into the program by torch.export: another value would be
+        # silently ignored, so say so.
+        given = user_inputs[u["position"]]
+        if is_python_constant(u["dtype"]) and "value" in u and not _same_constant(given, u["value"]):
+            name = f" ({u['name']})" if u.get("name") else ""
+            raise RunInputError(f"{where}[{u['position']}]{name}: the program was exported with the Python "
+                                f"constant {u['value']!r} ({u['dtype'][len(PYTHON_PREFIX):]}), which torch.export "
+                                f"baked in; got {given!r}")
+    args = []
+    for inp in m.inputs:
+        if inp.kind == "user_input":
+            a = np.asarray(user_inputs[inp.position])
+            if list(a.shape) != inp.shape or dtype_name(a.dtype) != inp.dtype:
+                name = f" ({inp.name})" if inp.name else ""
+                raise RunInputError(f"{where}[{inp.position}]{name}: expected {inp.dtype}{inp.shape}, "
+                                    f"got {dtype_name(a.dtype)}{list(a.shape)}")
+        elif inp.kind == "collective_token":
+            try:
+                a = np.asarray(inp.value, dtype=np_dtype(inp.dtype))
+            except (ValueError, OverflowError, TypeError) as e:  # NaN or out of range for an integer dtype
+                raise BundleError(f"{MANIFEST_FILE}: field 'inputs[{inp.index}].value' {inp.value!r} is not "
+                                  f"a {inp.dtype}: {e}") from None
+        else:
+            a = bundle.arrays[inp.file]
+        args.append(np.ascontiguousarray(a))
+    return args
+
+
+def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replicas: int = 1) -> list:
+    """Runs `main` on PJRT CPU devices (jaxlib; no torch), assembling every argument from the
+    manifest.
+
+    `user_inputs` are the leaves of the example `(args, kwargs)` in order (unused ones and Python
+    constants included; see ``manifest.user_inputs()``), as numpy arrays of the manifest's dtype:
+    int64 stays int64 whatever ``jax_enable_x64`` says. With num_replicas=N, pass N per-replica
+    tuples; the result is then one list of outputs per replica, and collectives run across N CPU
+    devices. Any N works at any time in a process (each N gets its own CPU client).
+
+    Example:
+        >>> run(bundle, x)                                  # [out0, ...]
+        >>> run(bundle, (x0,), (x1,), num_replicas=2)        # [[out0 on replica 0], [... 1]]
+    """
+    from torch_xla_ext._compat import jax_mlir
+
+    bundle = bundle_or_dir if isinstance(bundle_or_dir, Bundle) else load(bundle_or_dir)
+    if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
+        raise RunInputError(f"num_replicas: expected an int >= 1, got {num_replicas!r}")
+    if num_replicas == 1:
+        per_replica = [_arguments(bundle, user_inputs, None)]
+    else:
+        if len(user_inputs) != num_replicas:
+            raise RunInputError(f"user_inputs: expected {num_replicas} per-replica tuples, got {len(user_inputs)}")
+        for r, u in enumerate(user_inputs):
+            if not isinstance(u, (tuple, list)):
+                raise RunInputError(f"user_inputs[{r}]: expected a tuple of replica {r}'s user inputs, "
+                                    f"got {type(u).__name__}")
+        per_replica = [_arguments(bundle, tuple(u), r) for r, u in enumerate(user_inputs)]
+    client, exe = _executable(bundle.module_text, num_replicas)
+    by_replica = jax_mlir.execute_replicated(client, exe, per_replica)
+    return by_replica[0] if num_replicas == 1 else by_replica
