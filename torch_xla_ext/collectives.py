@@ -8,9 +8,9 @@ Example:
     >>> collectives.recorded_calls()[-1]["requested_scale"]
 
 torch_xla 2.9's ``xm.all_reduce`` returns a clone and drops ``scale`` at world size 1, and with
-scale != 1 takes ``_XLAC._xla_all_reduce``, which torch.export cannot trace. Here the reduce is
-always ``_c10d_functional.all_reduce`` over all replicas and the scale is a multiply after it,
-which is exactly what torch_xla's own lowering emits for a scale.
+scale != 1 takes torch_xla's private ``_xla_all_reduce`` binding, which torch.export cannot
+trace. Here the reduce is always ``_c10d_functional.all_reduce`` over all replicas and the scale
+is a multiply after it, which is exactly what torch_xla's own lowering emits for a scale.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from torch_xla_ext._compat import stablehlo as _shlo
 from torch_xla_ext._ext import collectives as _core
-from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["all_reduce", "recorded_calls", "record_all_reduce", "clear_recorded_calls", "next_sequence"]
 
@@ -28,7 +28,7 @@ REDUCE_TYPES = _shlo.REDUCE_TYPES
 _CPU_UNREDUCIBLE = ("torch.bfloat16", "torch.float16")
 
 
-class CollectiveArgumentError(TorchXlaExtError, ValueError):
+class CollectiveArgumentError(InvalidArgumentError):
     """A bad reduce type, scale or replica groups."""
 
 
@@ -62,10 +62,10 @@ def all_reduce(reduce_type: str, tensor: Any, *, scale: float = 1.0,
     if reduce_type not in REDUCE_TYPES:
         raise CollectiveArgumentError(f"reduce_type: '{reduce_type}' is not one of {', '.join(REDUCE_TYPES)}")
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
+        raise ArgumentTypeError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.device.type != "xla" and not torch.compiler.is_compiling():
         # Eagerly, only torch_xla can reduce; while torch.export/torch.compile trace, any device.
-        raise TypeError(f"tensor: expected an XLA tensor (or one being traced), got device {tensor.device}")
+        raise ArgumentTypeError(f"tensor: expected an XLA tensor (or one being traced), got device {tensor.device}")
     scale = float(scale)
     if not math.isfinite(scale):
         raise CollectiveArgumentError(f"scale: must be finite, got {scale}")

@@ -32,7 +32,6 @@ class Row:
 
 # Components whose errors are not yet subclasses of errors.py's code classes (their owners
 # convert them: `class XError(InvalidArgumentError)`), so `.code` is "UNKNOWN".
-_EXPORT = "export: BundleError/BundleFileNotFoundError/CollectiveArgumentError subclass TorchXlaExtError + a builtin"
 
 
 def _lazy(module: str):
@@ -109,16 +108,19 @@ ROWS = [
         ValueError, "no_such_module_txe"),
     # ---- export (owned by export; rows follow its API on main) ----
     Row("export.load missing", lambda: export().load("/nonexistent/bundle"), NotFoundError, FileNotFoundError,
-        "/nonexistent/bundle", pending=_EXPORT),
+        "/nonexistent/bundle"),
     Row("export.export args", lambda: export().export(torch.nn.Linear(2, 2), torch.ones(2)), ArgumentTypeError,
-        TypeError, "args: expected a tuple", pending=_EXPORT),
-    Row("export.run bundle", lambda: export().run(42), InvalidArgumentError, ValueError, "bundle",
-        pending=_EXPORT),
+        TypeError, "args: expected a tuple"),
+    Row("export.run bundle", lambda: export().run(42), ArgumentTypeError, TypeError, "bundle_or_dir: expected"),
+    Row("export.to_jax bundle", lambda: export().to_jax("/nonexistent/bundle"), NotFoundError, FileNotFoundError,
+        "/nonexistent/bundle"),
+    Row("export.strip_tokens bundle", lambda: export().strip_tokens(None), ArgumentTypeError, TypeError,
+        "bundle: expected an export.Bundle"),
     # ---- collectives ----
     Row("collectives.all_reduce reduce_type", lambda: collectives().all_reduce("median", _xla(2)),
-        InvalidArgumentError, ValueError, "reduce_type: 'median'", pending=_EXPORT),
+        InvalidArgumentError, ValueError, "reduce_type: 'median'"),
     Row("collectives.all_reduce tensor", lambda: collectives().all_reduce("sum", [1.0]), ArgumentTypeError, TypeError,
-        "tensor: expected a torch.Tensor", pending=_EXPORT),
+        "tensor: expected a torch.Tensor"),
     # ---- parity ----
     Row("parity.verify dtype", lambda: parity().verify(torch.nn.Linear(2, 2), (torch.ones(2),), dtype="int3"),
         InvalidArgumentError, ValueError, "dtype: expected one of"),

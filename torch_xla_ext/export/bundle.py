@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from torch_xla_ext.export import graph
-from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError
+from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError, BundleTypeError
 from torch_xla_ext.export.manifest import MANIFEST_FILE, Input, Manifest, dtype_name, np_dtype, torch_dtype_name
 
 MODULE_FILE = "module.mlir"
@@ -297,6 +297,8 @@ def load(path: str | os.PathLike) -> Bundle:
 
     Example: ``bundle = export.load("/tmp/exported")``.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise BundleTypeError(f"path: expected a bundle directory, got {type(path).__name__}")
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise BundleFileNotFoundError(f"{path}: not a directory")
@@ -347,3 +349,15 @@ def load(path: str | os.PathLike) -> Bundle:
         arrays[inp.file] = arr
     return Bundle(text, manifest, arrays)
 
+
+
+def as_bundle(value: Any, what: str = "bundle") -> Bundle:
+    """``value`` as a :class:`Bundle`: a Bundle as it is, a directory read with :func:`load`.
+
+    Example: ``as_bundle("/tmp/exported")`` is ``load("/tmp/exported")``.
+    """
+    if isinstance(value, Bundle):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return load(value)
+    raise BundleTypeError(f"{what}: expected an export.Bundle or a bundle directory, got {type(value).__name__}")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from torch_xla_ext.errors import InvalidArgumentError, NotFoundError
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError, NotFoundError
 
 
 class BundleError(InvalidArgumentError):
@@ -18,3 +18,7 @@ class BundleFileNotFoundError(NotFoundError):
 class RunInputError(InvalidArgumentError):
     """User inputs (or ``num_replicas``) that do not match the manifest: count, shape, dtype, or a
     Python constant other than the one the program was exported with."""
+
+
+class BundleTypeError(ArgumentTypeError):
+    """Something passed where a bundle (or a bundle directory) belongs that is neither."""

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from torch_xla_ext.export import graph
-from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, load
+from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
 from torch_xla_ext.export.errors import BundleError, RunInputError
 from torch_xla_ext.export.manifest import MANIFEST_FILE, PYTHON_PREFIX, dtype_name, is_python_constant, np_dtype
 
@@ -105,7 +105,7 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
     """
     from torch_xla_ext._compat import jax_mlir
 
-    bundle = bundle_or_dir if isinstance(bundle_or_dir, Bundle) else load(bundle_or_dir)
+    bundle = as_bundle(bundle_or_dir, "bundle_or_dir")
     if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
         raise RunInputError(f"num_replicas: expected an int >= 1, got {num_replicas!r}")
     if num_replicas == 1:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from torch_xla_ext.export import graph
-from torch_xla_ext.export.bundle import MODULE_FILE, Bundle
+from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
 from torch_xla_ext.export.errors import BundleError
 from torch_xla_ext.export.manifest import MLIR_TYPES, is_python_constant, np_dtype
 
@@ -108,6 +108,7 @@ def strip_tokens(bundle: Bundle) -> Bundle:
 
     Example: ``run(strip_tokens(bundle), x)`` takes the same user inputs and gives the same result.
     """
+    bundle = as_bundle(bundle)
     drop = {}
     for inp in bundle.manifest.inputs:
         if inp.kind == "collective_token":
@@ -121,6 +122,7 @@ def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
 
     Example: ``b = inline_constants(bundle, weights=True)`` leaves only user inputs and tokens.
     """
+    bundle = as_bundle(bundle)
     kinds = ("constant", "parameter", "buffer") if weights else ("constant",)
     drop = {}
     for inp in bundle.manifest.inputs:
@@ -148,6 +150,7 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> Any:
 
     from torch_xla_ext._compat import jax_mlir
 
+    bundle = as_bundle(bundle)
     if not isinstance(platform, str) or not platform:
         raise BundleError(f"platform: expected a JAX platform name such as 'cpu', got {platform!r}")
     lean = inline_constants(strip_tokens(bundle), weights=True)
