@@ -1,6 +1,7 @@
-"""Export on the zoo, transformers' decoders (GPT-2 at batch 2, Llama with GQA) and T5: export -> save -> load -> run against torch_xla's execution of
-the same export, manifest roles against torch.export's graph signature, output names against
-torch.utils._pytree, int64 kept, and to_jax's round trip (checks in zoo_checks.py)."""
+"""Export on every zoo model: export -> save -> load -> run against torch_xla's execution of the
+same export, manifest roles against torch.export's graph signature, output names against
+torch.utils._pytree, int64 kept, and to_jax's round trip (checks in zoo_checks.py). Bazel runs it
+in groups of models (`-k`), one export per model per process."""
 
 import os
 import sys
@@ -10,10 +11,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import zoo_checks as checks  # noqa: E402
 
-NAMES = ("gpt2", "llama", "t5")
+from tests import zoo  # noqa: E402
 
 
-@pytest.fixture(scope="module", params=NAMES)
+@pytest.fixture(scope="module", params=zoo.NAMES)
 def case(request, tmp_path_factory):
     return checks.build_case(request.param, str(tmp_path_factory.mktemp("zoo")))
 
