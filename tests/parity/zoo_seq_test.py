@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
 from torch_xla_ext.parity import localization  # noqa: E402
-from zoo_checks import check_report  # noqa: E402
+from zoo_checks import check_report, independent_cpu_errors  # noqa: E402
 
 NAMES = ("llama", "t5")
 
@@ -81,3 +81,20 @@ def test_unperturbed_model_has_no_divergent_module():
     assert r.first_divergent_module is None
     assert all(not m.diverges for m in r.modules)
     assert "no module's own error exceeds" in r.explanation
+
+
+def test_fp32_upcasts_in_the_model_are_not_a_real_difference():
+    """T5 upcasts on purpose (RMSNorm's ``.to(torch.float32)``, softmax's ``.float()``); the fp64
+    golden must not round there, or the exact replay (every float f64) leaves it and the same math
+    reads as a real difference. Oracle: the golden written apart in zoo_checks, at fp64 tolerance."""
+    model, args, kwargs = zoo.build("t5")
+    r = parity.verify(model, args, kwargs, dtype="fp32")
+    assert r.verdict == parity.Verdict.PASS
+    cpu_errors = independent_cpu_errors(model, args, kwargs, torch.float32)
+    assert set(cpu_errors) == {o.path for o in r.outputs}
+    for o in r.outputs:
+        assert o.unrounded.passed, (o.path, o.unrounded_error)
+        assert o.cause != "real difference", o.path
+        # The report's fp64 errors are against the same golden the oracle builds.
+        assert o.cpu_error == pytest.approx(cpu_errors[o.path], rel=1e-9, abs=1e-15)
+    assert "real difference" not in r.explanation

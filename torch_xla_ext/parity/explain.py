@@ -195,8 +195,8 @@ def explain(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, p
             parts.append(
                 f"A real difference in output(s) {_names(math_differs)}: the program XLA ran is not the "
                 f"reference's math. Replayed in fp64 without rounding it differs from the fp64 golden on {u}/{t} "
-                f"elements (greatest {_fmt(w.unrounded_error)}, beyond the run's rounding error "
-                f"{_fmt(max(w.xla_error, w.cpu_error))})"
+                f"elements (greatest {_fmt(w.unrounded_error)}, more than {MATH_NOISE_FRACTION:g} of the run's "
+                f"rounding error {_fmt(max(w.xla_error, w.cpu_error))})"
                 + ("; XLA itself runs that program faithfully (bit for bit equal to its rounded replay)"
                    if faithful else "")
                 + ". What fn lowers to (or fn itself) differs from the reference: dump the program "

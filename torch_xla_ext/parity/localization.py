@@ -130,10 +130,11 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
                                    f"reference take different paths through the model")
             sa, sk = _substitute((a, k), "", xla.inputs, to64)
             shadow = runners.call(f"fp64 shadow of {path or '<root>'}", module, sa, sk)
-            ca, ck = _substitute((a, k), "", xla.inputs, as_run)
-            if tdtype is not None:
-                ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
-            cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", cpu_modules[path], ca, ck)
+            with runners.narrowing():  # the CPU shadow runs in the run's dtype, as written
+                ca, ck = _substitute((a, k), "", xla.inputs, as_run)
+                if tdtype is not None:
+                    ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
+                cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", cpu_modules[path], ca, ck)
             shadow_leaves = dict(runners.tensor_leaves(shadow))
             golden_out = dict(runners.tensor_leaves(out))
             found[(path, n)] = {

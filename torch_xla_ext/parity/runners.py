@@ -7,6 +7,7 @@ becomes ``Verdict.EXCEPTION``; anything else (bad arguments, our own code) raise
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import time
@@ -170,11 +171,54 @@ def call(stage: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
         raise UserFailure(stage, e) from e
 
 
+_WIDENING = contextvars.ContextVar("txe_parity_widening", default=False)
+
+
+def _fp64_mode():
+    """A TorchFunctionMode under which a float64 run stays float64: every request for a narrower
+    float (``x.to(torch.float32)``, ``x.float()``, ``dtype=torch.float32``) gets float64. Models
+    upcast on purpose (T5's and Llama's RMSNorm compute ``hidden.to(torch.float32)``); in the fp64
+    golden that upcast would round to f32, so the golden would carry f32 error the exact replay
+    (every float f64) does not, and the same math would look like a different one."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    narrow = {torch.float32, torch.float16, torch.bfloat16}
+    to_double = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+
+    def widen(v: Any) -> Any:
+        return torch.float64 if v in narrow else v
+
+    class Fp64(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if not _WIDENING.get():  # parity's own narrow work inside a golden run (a CPU shadow)
+                return func(*args, **(kwargs or {}))
+            kwargs = dict(kwargs or {})
+            if "dtype" in kwargs:
+                kwargs["dtype"] = widen(kwargs["dtype"])
+            if func in to_double:
+                func = torch.Tensor.double
+            elif func in (torch.Tensor.to, torch.Tensor.type) and args:
+                rest = []
+                for a in args[1:]:
+                    if isinstance(a, torch.Tensor) and a.dtype in narrow:  # x.to(other): other's device
+                        a = a.device
+                        rest.append(a)
+                        rest.append(torch.float64)
+                        continue
+                    rest.append(widen(a))
+                args = (args[0], *rest)
+            return func(*args, **kwargs)
+
+    return Fp64()
+
+
 @contextlib.contextmanager
 def default_dtype(dtype: Any):
-    """torch's default dtype set to ``dtype`` (when it is float64) for the duration: models
-    that make tensors from Python numbers (transformers' attention masks fill
-    ``torch.finfo(dtype).min`` into a default-dtype tensor) then run in fp64 as a whole."""
+    """For a float64 run (``dtype`` float64): torch's default dtype set to float64 for the
+    duration, so models that make tensors from Python numbers (transformers' attention masks fill
+    ``torch.finfo(dtype).min`` into a default-dtype tensor) run in fp64 as a whole, and every
+    explicit narrowing to a float32/16 dtype widened to float64 (:func:`_fp64_mode`)."""
     import torch
 
     if dtype != torch.float64:
@@ -182,10 +226,24 @@ def default_dtype(dtype: Any):
         return
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
+    token = _WIDENING.set(True)
+    try:
+        with _fp64_mode():
+            yield
+    finally:
+        _WIDENING.reset(token)
+        torch.set_default_dtype(before)
+
+
+@contextlib.contextmanager
+def narrowing():
+    """Inside a float64 run (:func:`default_dtype`), lets the code in the block narrow dtypes as
+    written: a CPU shadow in bf16 that runs while the golden's hooks are active."""
+    token = _WIDENING.set(False)
     try:
         yield
     finally:
-        torch.set_default_dtype(before)
+        _WIDENING.reset(token)
 
 
 def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: Any = None,
