@@ -84,7 +84,8 @@ def test_doctor_exits_0_and_names_the_skipped_plots(venv, tmp_path):
     assert (tmp_path / "report" / "bundle" / "manifest.json").is_file()
     assert not list((tmp_path / "report").glob("*.png"))
     skipped = report["plots_skipped"]
-    assert {p.split()[1] for p in skipped} == {"numerics_ulp.png", "graph_breaks.png"}, skipped
+    expected = {"numerics_ulp.png", "parity_modules.png", "graph_breaks.png"}
+    assert {p.split()[1] for p in skipped} == expected, skipped
     assert all("pip install 'torch-xla-ext[plot]'" in p for p in skipped)
     assert "pip install 'torch-xla-ext[plot]'" in out.stdout  # the summary says it too
     md = (tmp_path / "report" / "report.md").read_text()
