@@ -374,7 +374,7 @@ def _deserialize(data: bytes, path: str) -> str:
 
     try:
         return jmlir.deserialize_portable_artifact(data)
-    except Exception as e:  # noqa: BLE001 - the MLIR error type is not public
+    except RuntimeError as e:  # jaxlib's XlaRuntimeError (INVALID_ARGUMENT: failed to deserialize)
         raise ValueError(f"{path}: not a StableHLO portable artifact ({e})") from None
 
 

@@ -58,7 +58,7 @@ def parse(text: str, where: str):
     with ctx:
         try:
             module = ir.Module.parse(text)
-        except Exception as e:  # noqa: BLE001 - MLIR raises its own error type
+        except ir.MLIRError as e:
             message = str(e)
             detail = " ".join(line.strip() for line in message.splitlines()[:3])
             dialect = unknown_dialect(message)
