@@ -136,14 +136,18 @@ TEST(HloSignatureTest, TruncatedAndCorruptedBytesNeverCrash) {
   ASSERT_TRUE(ReadHloSignature(module).ok());
   for (size_t n = 0; n < module.size(); n += 7) {
     auto r = ReadHloSignature(module.substr(0, n));
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << n;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << n;
+    }
   }
   for (size_t i = 0; i < module.size(); i += 3) {
     for (int v : {0x00, 0x7f, 0x80, 0xff}) {
       std::string corrupt = module;
       corrupt[i] = static_cast<char>(v);
       auto r = ReadHloSignature(corrupt);
-      if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << i << " " << v;
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << i << " " << v;
+      }
     }
   }
 }
