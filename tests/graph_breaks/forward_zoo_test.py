@@ -52,3 +52,38 @@ def test_forward_figures_equal_torch_and_torch_xla_records(name):
     assert zoo.primary_output(out).device.type == "xla"
     graphs, ended = oracles.explain(forward, *args, **kwargs)
     assert (r.fx_graphs, r.graphs_ended_by_break) == (graphs, ended)
+
+
+def test_a_split_inherited_from_an_inlined_call_is_named_by_its_cause():
+    """GPT-2 with `labels`: transformers' loss_function logs a warning, which Dynamo cannot trace.
+    In GPT-2's forward frame that becomes a split at the loss_function call whose reason says only
+    "step_unsupported", and Dynamo neither logs nor counts it. The ledger lists it under the
+    logger break that caused it, with the call it split at, and keeps it out of the break count
+    so that count stays Dynamo's."""
+    torch._dynamo.reset()
+    model, args, kwargs = zoo.build("gpt2")
+    kwargs = {**kwargs, "labels": args[0]}
+    model = model.to(DEVICE)
+    args = tuple(a.to(DEVICE) for a in args)
+    kwargs = {k: v.to(DEVICE) for k, v in kwargs.items()}
+    torch_xla.sync()
+
+    def loss(*a, **kw):
+        return model(*a, **kw).loss
+
+    compiled = torch.compile(loss, backend="openxla")
+    with oracles.DynamoCounters() as dc, oracles.TraceLog() as tl, gb.account() as ledger:
+        out = compiled(*args, **kwargs)
+        torch_xla.sync()
+    r = ledger.report()
+    assert out.dim() == 0
+    assert r.num_fx_breaks == dc.delta["graph_breaks"] == tl.kinds["artifact:dynamo_graph_break_reason"]
+    graphs, ended = oracles.explain(loss, *args, **kwargs)
+    assert (r.fx_graphs, r.graphs_ended_by_break) == (graphs, ended) == (dc.delta["unique_graphs"], ended)
+    assert r.num_inherited_splits >= 1
+    inherited = [b for b in r.fx_breaks if b["inherited"]]
+    assert all(b["gb_type"] != "step_unsupported" for b in r.fx_breaks)
+    assert all("Logger" in b["gb_type"] and b["count"] > b["inherited"] for b in inherited)
+    assert all(at.endswith(f"modeling_gpt2.py:{at.rsplit(':', 1)[1]}") for b in inherited for at in b["split_at"])
+    assert sum(b["count"] for b in r.fx_breaks) == r.num_fx_breaks + r.num_inherited_splits
+    assert "inherited" in r.to_markdown()

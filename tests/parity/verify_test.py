@@ -119,6 +119,24 @@ def test_a_different_program_is_a_real_difference():
     assert "Rounding placement" not in r.explanation
 
 
+def test_an_output_of_another_shape_on_xla_is_a_fail_not_an_error():
+    """torch_xla 2.9 lowers sum(x, dim=()) as no reduction (PyTorch: every dimension): the same
+    function returns other shapes on the two backends, which is XLA's failure, not bad input."""
+    import torch_xla
+
+    x = torch.randn(4, 8)
+    fn = lambda t: (t * 2).sum(dim=())  # noqa: E731
+    on_xla, on_cpu = fn(x.to(torch_xla.device())).cpu(), fn(x)
+    assert on_xla.shape != on_cpu.shape  # the oracle: both backends run directly
+    r = parity.verify(fn, (x,), dtype="fp32")
+    assert r.verdict == parity.Verdict.FAIL
+    assert f"XLA {list(on_xla.shape)}, CPU eager {list(on_cpu.shape)}" in r.explanation
+    assert "real difference" in r.explanation
+    # With a reference of its own, a shape that differs is the caller's mismatch: an error.
+    with pytest.raises(parity.ParityError, match="returns shape"):
+        parity.verify(lambda t: t * 2, (x,), reference=lambda t: (t * 2).sum(), dtype="fp32")
+
+
 def test_fp32_long_reduction_is_reassociation_not_rounding():
     # K = 4096 with large inputs: XLA:CPU and CPU eager sum the dot in different orders.
     torch.manual_seed(0)

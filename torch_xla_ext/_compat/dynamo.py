@@ -26,6 +26,7 @@ computation by hash ... kicked out of the LRU cache"); it is recognised here and
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import re
@@ -170,6 +171,10 @@ def parse_graph_break(text: str) -> dict[str, Any]:
 
 # ---- the wrappers ------------------------------------------------------------------------------
 
+# GraphCompileReason of a split at an instruction whose speculation failed (symbolic_convert's
+# step_graph_break): the cause was an Unsupported raised while inlining a call.
+STEP_UNSUPPORTED = "step_unsupported"
+
 _lock = threading.Lock()
 _sinks: list[BridgeSink] = []  # copy on write, so readers iterate it without a copy
 _saved: list[tuple[Any, str, Any]] = []
@@ -182,6 +187,21 @@ _aot_graphs: "weakref.WeakKeyDictionary[Any, tuple[str, str, str]]" = weakref.We
 _aot_owner: dict[str, int] = {}  # aot id -> the Dynamo graph whose forward it compiled
 _execute_tap: Any = None
 _AOT_NAME = re.compile(r"__(\d+)_(forward|backward|inference)_\d+$")
+
+
+def _cause_inside(cid: str | None, call: Any) -> tuple[str, Any] | None:
+    """(message, frame) of the newest Unsupported of compile `cid` raised inside `call` (a frame
+    summary of the splitting frame): its stack passes through that call and goes deeper."""
+    if call is None:
+        return None
+    here = (getattr(call, "filename", None), getattr(call, "lineno", None))
+    for raised_cid, msg, stack in reversed(getattr(_tls, "unsupported", None) or ()):
+        if raised_cid != cid:
+            continue
+        for f in stack[:-1]:
+            if (f.filename, f.lineno) == here:
+                return msg, stack[-1]
+    return None
 
 
 def _each(method: str, *args: Any) -> None:
@@ -226,6 +246,7 @@ def _install() -> None:
         def wrapper(code, *args, **kwargs):
             cid = str(kwargs.get("compile_id"))
             _tls.pending_break = None
+            _tls.unsupported = None
             _tls.breaks = {}
             _each("on_compile_start", cid, code.co_name, code.co_filename, int(code.co_firstlineno), _now())
             try:
@@ -248,6 +269,20 @@ def _install() -> None:
             return original(code_options, reason, *args, **kwargs)
         return wrapper
 
+    def unsupported_raised(original):
+        # Every Unsupported counts itself as "unimplemented" when raised (many are caught inside
+        # Dynamo): the newest of the compile raised inside the call a frame splits at without
+        # logging a break ("step_unsupported") is that split's cause.
+        @functools.wraps(original)
+        def wrapper(self, category="unimplemented"):
+            original(self, category)
+            if category == "unimplemented":  # the message and the frames, not the exception and its traceback
+                raised = getattr(_tls, "unsupported", None)
+                if raised is None:
+                    raised = _tls.unsupported = collections.deque(maxlen=256)
+                raised.append((_compile_id(), str(self.msg), list(getattr(self, "real_stack", None) or [])))
+        return wrapper
+
     def post_init(original):
         @functools.wraps(original)
         def wrapper(self):
@@ -257,15 +292,28 @@ def _install() -> None:
             cid = _compile_id()
             pending = getattr(_tls, "pending_break", None)
             text = str(self.reason)
+            head = text.splitlines()[0] if text else ""
             record = parse_graph_break(text)
-            if not record["structured"] and pending is not None and pending[0] == cid:
+            frame = self.user_stack[-1] if self.user_stack else None
+            origin, split_at = "break", None
+            if head.startswith("generic_jump"):
+                origin = "jump"
+            elif head == STEP_UNSUPPORTED:
+                # An unsupported op inside a call Dynamo inlined: the calling frame splits at the
+                # call and Dynamo neither logs nor counts it; name the op that caused it.
+                origin, split_at = "inherited", frame
+                cause = _cause_inside(cid, split_at)
+                if cause is not None:
+                    record, frame = parse_graph_break(cause[0]), cause[1]
+            if origin != "inherited" and not record["structured"] and pending is not None and pending[0] == cid:
                 record = parse_graph_break(pending[1])
             _tls.pending_break = None
-            frame = self.user_stack[-1] if self.user_stack else None
-            record.update(dynamo_reason=text.splitlines()[0] if text else "",
+            record.update(dynamo_reason=head, origin=origin,
                           file=str(getattr(frame, "filename", "") or ""),
                           line=int(getattr(frame, "lineno", 0) or 0),
-                          function=str(getattr(frame, "name", "") or ""))
+                          function=str(getattr(frame, "name", "") or ""),
+                          split_at=(f"{getattr(split_at, 'filename', '')}:{getattr(split_at, 'lineno', 0)}"
+                                    if split_at is not None else None))
             breaks = getattr(_tls, "breaks", None)
             if breaks is not None:
                 breaks[id(self)] = record
@@ -410,6 +458,7 @@ def _install() -> None:
     _patch(_convert_frame, "get_and_maybe_log_recompilation_reasons", recompile_reasons)
     _patch(_symbolic_convert, "log_graph_break", log_graph_break)
     _patch(_output_graph.GraphCompileReason, "__post_init__", post_init)
+    _patch(_dynamo_exc.Unsupported, "add_to_stats", unsupported_raised)
     _patch(_output_graph.OutputGraph, "call_user_compiler", call_user_compiler)
     _patch(_xla_backend, "xla_backend_helper", backend_helper)
     # The openxla backend looks the function up on torch_xla.core.dynamo_bridge at call time.

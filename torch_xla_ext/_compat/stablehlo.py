@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -114,16 +115,39 @@ def _from_meta(meta: Any, text: str | None, state_dict, constants, bytecode=None
     )
 
 
+_decompose_lock = threading.Lock()
+
+
 def export_program(exported_program: Any, *, custom_ops_allowed_in_graph: tuple[str, ...] = (),
-                   export_node_metadata: bool = False) -> TorchXlaExport:
+                   export_node_metadata: bool = False,
+                   after_decompositions: Callable[[Any], None] | None = None) -> TorchXlaExport:
     """torch_xla.stablehlo.exported_program_to_stablehlo on a torch.export ExportedProgram (with
-    StableHLOExportOptions' fields of the same names)."""
+    StableHLOExportOptions' fields of the same names).
+
+    `after_decompositions(graph_module)` edits the program between torch_xla's own decomposition
+    pass (``stablehlo._run_decompositions``: torch.export's default table plus torch_xla's extras)
+    and its lowering, in place; it sees the very ops torch_xla lowers, at no second decomposition."""
     from torch_xla import stablehlo as shlo
 
     options = shlo.StableHLOExportOptions()
     options.custom_ops_allowed_in_graph = set(custom_ops_allowed_in_graph)
     options.export_node_metadata = export_node_metadata
-    gm = shlo.exported_program_to_stablehlo(exported_program, options)
+    if after_decompositions is None:
+        gm = shlo.exported_program_to_stablehlo(exported_program, options)
+    else:
+        decompose = shlo._run_decompositions
+
+        def decompose_then_edit(program):
+            decomposed = decompose(program)
+            after_decompositions(decomposed.graph_module)
+            return decomposed
+
+        with _decompose_lock:  # the module attribute is process-wide while it is swapped
+            shlo._run_decompositions = decompose_then_edit
+            try:
+                gm = shlo.exported_program_to_stablehlo(exported_program, options)
+            finally:
+                shlo._run_decompositions = decompose
     out = from_graph_module(gm)
     out.graph_module = gm  # kept for running torch_xla's own execution in tests/bench
     return out

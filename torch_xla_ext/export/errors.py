@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError, NotFoundError
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError, NotFoundError, UnimplementedError
 
 
 class BundleError(InvalidArgumentError):
@@ -22,3 +22,8 @@ class RunInputError(InvalidArgumentError):
 
 class BundleTypeError(ArgumentTypeError):
     """Something passed where a bundle (or a bundle directory) belongs that is neither."""
+
+
+class ExportLoweringError(UnimplementedError):
+    """torch_xla's lowering of the program computes something other than torch.export's program
+    (an output of another shape); names the output."""

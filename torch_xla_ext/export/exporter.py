@@ -19,9 +19,11 @@ from typing import Any, Sequence
 from torch_xla_ext._ext import collectives as _core
 from torch_xla_ext.errors import ArgumentTypeError, UnimplementedError
 from torch_xla_ext.export.bundle import Bundle, from_torch_xla
+from torch_xla_ext.export.errors import ExportLoweringError
 from torch_xla_ext.export.manifest import PYTHON_PREFIX, torch_dtype_name
 
 VIEW_REWRITE = "aten.view->aten.reshape"
+EMPTY_DIMS_REWRITE = "aten reductions dim=[]->all dims"
 
 
 @dataclasses.dataclass
@@ -71,7 +73,7 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
             prefix = "inner."
         ep = torch.export.export(target, flat_args, strict=options.strict)
     calls = _core.recorded_all_reduces_since(start)
-    tx, rewritten = _to_torch_xla(ep, options)
+    tx, transforms = _to_torch_xla(ep, options)
     if prefix:
         _strip_prefix(tx, prefix)
 
@@ -85,11 +87,34 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     out_names = ["output" + p for p in leaf_paths(ep.call_spec.out_spec)] if ep.call_spec.out_spec else None
     if out_names is not None and len(out_names) != len(tx.output_signature):
         out_names = None  # non-tensor leaves in the return value: no reliable pairing
+    _check_output_shapes(ep, tx, out_names)
     bundle = from_torch_xla(tx, kinds_by_target, leaves, calls, output_names=out_names)
-    if rewritten:
-        bundle.manifest.transforms.append(f"{VIEW_REWRITE}({len(rewritten)} views, before decompositions)")
+    bundle.manifest.transforms.extend(transforms)
     bundle.torch_xla_export = tx
     return bundle
+
+
+def _check_output_shapes(ep, tx, out_names: list[str] | None) -> None:
+    """Every output of torch_xla's program has the shape torch.export's program gives it; a
+    lowering that changes one computes something else, and is refused rather than saved."""
+    import torch
+    from torch.export.graph_signature import OutputKind
+
+    out_node = next(n for n in reversed(ep.graph.nodes) if n.op == "output")
+    specs = ep.graph_signature.output_specs
+    values = [v for v, spec in zip(out_node.args[0], specs) if spec.kind == OutputKind.USER_OUTPUT]
+    expected = [v.meta.get("val") for v in values if isinstance(v, torch.fx.Node)]
+    if len(expected) != len(tx.output_signature):
+        return  # non-tensor leaves in the return value: no reliable pairing
+    for k, (val, (shape, _)) in enumerate(zip(expected, tx.output_signature)):
+        if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+            continue
+        if list(val.shape) != list(shape):
+            name = out_names[k] if out_names else f"output {k}"
+            raise ExportLoweringError(
+                f"{name}: torch_xla's lowering gives shape {list(shape)} where torch.export's program has "
+                f"{list(val.shape)}; the exported program would compute something else, so it is not saved "
+                f"(an op of this output that torch_xla 2.9 lowers wrongly)")
 
 
 def _given_program(ep, args, kwargs):
@@ -108,16 +133,23 @@ def _given_program(ep, args, kwargs):
 
 
 def _to_torch_xla(ep, options: ExportOptions):
-    """torch_xla's export of `ep`; when torch.export's decompositions (run by torch_xla) make a view
-    inexpressible, again with the program's views as reshapes (see views_as_reshapes)."""
+    """torch_xla's export of `ep` and the manifest's record of what was rewritten: reductions over
+    `dim=[]` get explicit dimensions after decompositions (see reductions_over_all_dims); when
+    torch.export's decompositions (run by torch_xla) make a view inexpressible, again with the
+    program's views as reshapes (see views_as_reshapes)."""
     from torch_xla_ext._compat import stablehlo as _shlo
 
-    def run(program):
-        return _shlo.export_program(program, custom_ops_allowed_in_graph=tuple(options.custom_ops_allowed_in_graph),
-                                    export_node_metadata=options.export_node_metadata)
+    def run(program, transforms):
+        reductions: list[str] = []
+        tx = _shlo.export_program(program, custom_ops_allowed_in_graph=tuple(options.custom_ops_allowed_in_graph),
+                                  export_node_metadata=options.export_node_metadata,
+                                  after_decompositions=lambda gm: reductions.extend(reductions_over_all_dims(gm)))
+        if reductions:
+            transforms.append(f"{EMPTY_DIMS_REWRITE}({len(reductions)} reductions, after decompositions)")
+        return tx, transforms
 
     try:
-        return run(ep), []
+        return run(ep, [])
     except (RuntimeError, ValueError) as e:
         if not _shlo.is_unviewable_view_error(e):
             raise
@@ -125,7 +157,61 @@ def _to_torch_xla(ep, options: ExportOptions):
         rewritten = views_as_reshapes(fixed.graph_module)
         if not rewritten:
             raise
-        return run(fixed), rewritten
+        return run(fixed, [f"{VIEW_REWRITE}({len(rewritten)} views, before decompositions)"])
+
+
+# Reductions whose `dim=[]` means every dimension in PyTorch (sum(x, []) is x.sum()) but no
+# dimension in torch_xla 2.9's lowering, which returns x unchanged: measured op by op against CPU
+# eager in tests/export/reductions_test.py. torch.export's decompositions emit some of them
+# (nll_loss -> sum(x, []), so every cross_entropy loss with reduction="mean").
+_ALL_DIMS_WHEN_EMPTY = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var.correction",
+                        "std.correction", "var_mean.correction", "std_mean.correction",
+                        "linalg_vector_norm.default")
+
+
+def reductions_over_all_dims(graph_module) -> list[str]:
+    """Gives every reduction whose `dim` is empty (explicitly or by its schema's default) the
+    explicit list of all its input's dimensions; returns the rewritten nodes' names.
+
+    Sound because PyTorch defines the empty list as all dimensions for exactly these ops (the
+    rewritten program computes what torch.export's program computes, and its output shapes are
+    torch.export's); it stops torch_xla 2.9 from lowering them as no reduction at all."""
+    import torch
+
+    targets = set()
+    for name in _ALL_DIMS_WHEN_EMPTY:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        if op is not None:
+            targets.add(op)
+    rewritten = []
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or node.target not in targets:
+            continue
+        val = getattr(node.args[0], "meta", {}).get("val") if node.args else None
+        if not isinstance(val, torch.Tensor) or val.dim() == 0:
+            continue  # a 0-d input: no dimension to name
+        schema = node.target._schema
+        index = next(i for i, a in enumerate(schema.arguments) if a.name == "dim")
+        if "dim" in node.kwargs:
+            dim = node.kwargs["dim"]
+        elif len(node.args) > index:
+            dim = node.args[index]
+        else:
+            dim = schema.arguments[index].default_value if schema.arguments[index].has_default_value() else None
+        if not isinstance(dim, (list, tuple)) or len(dim) != 0:
+            continue
+        every = list(range(val.dim()))
+        if "dim" in node.kwargs:
+            node.kwargs = {**node.kwargs, "dim": every}
+        else:
+            args = list(node.args) + [schema.arguments[i].default_value for i in range(len(node.args), index)]
+            args = args[:index] + [every] + args[index + 1:]
+            node.args = tuple(args)
+        rewritten.append(node.name)
+    if rewritten:
+        graph_module.recompile()
+    return rewritten
 
 
 def views_as_reshapes(graph_module) -> list[str]:

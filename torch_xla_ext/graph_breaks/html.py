@@ -81,7 +81,12 @@ def _breaks(r: GraphBreakReport) -> str:
         if b.get("doc"):
             gb_id = f"<a href=\"{_e(b['doc'])}\">{gb_id}</a>"
         expl = _e(b.get("explanation") or b.get("dynamo_reason") or "")
-        rows.append([f"<span class=\"gb\">{_e(b['gb_type'])}</span>", gb_id, f"{expl}{hints}",
+        inherited = ""
+        if b.get("inherited"):
+            calls = ", ".join(f"<code>{_e(c)}</code>" for c in b.get("split_at") or [])
+            inherited = (f"<div class=\"hint\">{b['inherited']} of these split the calling frame at {calls} "
+                         f"(Dynamo says only &ldquo;step_unsupported&rdquo; there)</div>")
+        rows.append([f"<span class=\"gb\">{_e(b['gb_type'])}</span>", gb_id, f"{expl}{hints}{inherited}",
                      f"<code>{_e(b['frame'])}</code><br><span class=\"muted\">{_e(b.get('function', ''))}</span>",
                      _e(", ".join(b.get("compile_ids", [])[:8])), b["count"]])
     return ("<input type=\"search\" id=\"break-filter\" placeholder=\"filter breaks\">"

@@ -120,7 +120,10 @@ class GraphBreakLedger:
 
     def on_graph_break(self, compile_id: str, record: dict[str, Any]) -> None:
         key = (record["gb_type"], record["file"], record["line"])
-        self._ledger.record(K.graph_break, S.dynamo, key=record["gb_type"], file=record["file"], line=record["line"])
+        inherited = record.get("origin") == "inherited"
+        if not inherited:  # a split Dynamo neither logs nor counts is not one of its breaks
+            self._ledger.record(K.graph_break, S.dynamo, key=record["gb_type"], file=record["file"],
+                                line=record["line"])
         row = self._breaks.get(key)
         if row is None:
             row = self._breaks[key] = {
@@ -128,11 +131,16 @@ class GraphBreakLedger:
                 "hints": list(record["hints"]), "context": record["context"], "doc": record["doc"],
                 "reason": f"{record['gb_type']}: {record['explanation']}" if record["explanation"] else record["gb_type"],
                 "dynamo_reason": record["dynamo_reason"], "frame": f"{record['file']}:{record['line']}",
-                "function": record["function"], "count": 0, "compile_ids": []}
+                "function": record["function"], "count": 0, "inherited": 0, "split_at": [], "compile_ids": []}
         row["count"] += 1
         row["compile_ids"].append(compile_id)
+        if inherited:
+            row["inherited"] += 1
+            if record.get("split_at") and record["split_at"] not in row["split_at"]:
+                row["split_at"].append(record["split_at"])
         if compile_id in self._compiles:
-            self._compiles[compile_id]["breaks"].append(f"{row['gb_type']} at {row['frame']}")
+            where = f" (split at the call {record['split_at']})" if inherited and record.get("split_at") else ""
+            self._compiles[compile_id]["breaks"].append(f"{row['gb_type']} at {row['frame']}{where}")
 
     def on_dynamo_graph(self, compile_id: str, graph: int, nodes: int, ops: int,
                         ended_by: dict[str, Any] | None) -> None:

@@ -88,7 +88,16 @@ class GraphBreakReport:
 
     @property
     def num_fx_breaks(self) -> int:
-        return sum(b["count"] for b in self.fx_breaks)
+        """Breaks Dynamo logs: its counters['graph_break'] plus data-dependent jumps (which it logs
+        and explain() reports but does not count)."""
+        return sum(b["count"] - b.get("inherited", 0) for b in self.fx_breaks)
+
+    @property
+    def num_inherited_splits(self) -> int:
+        """Splits a frame takes at a call because something inside the inlined callee is
+        unsupported: Dynamo neither logs nor counts them (its reason says only
+        "step_unsupported"); each is listed under the break that caused it."""
+        return sum(b.get("inherited", 0) for b in self.fx_breaks)
 
     @property
     def num_aot_graphs(self) -> int:
@@ -100,6 +109,7 @@ class GraphBreakReport:
             d["timeline"] = []
         d["schema"] = SCHEMA
         d["num_fx_breaks"] = self.num_fx_breaks
+        d["num_inherited_splits"] = self.num_inherited_splits
         return d
 
     def to_json(self, **kwargs: Any) -> str:
@@ -147,6 +157,8 @@ class GraphBreakReport:
             ("Dynamo graphs (handed to the backend)", self.fx_graphs,
              "counters['stats']['unique_graphs'], explain().graph_count"),
             ("graph breaks", self.num_fx_breaks, "counters['graph_break'] (+ data-dependent jumps)"),
+            ("splits inherited from a break in an inlined call", self.num_inherited_splits,
+             "GraphCompileReason 'step_unsupported' (not logged, not counted)"),
             ("graphs ended by a break", self.graphs_ended_by_break, "len(explain().break_reasons)"),
             ("recompiles", self.recompiles, "compile ids N/1, N/2, ..."),
             ("AOT forward graphs", aot.get("forward", 0), "AOTAutograd"),
@@ -178,7 +190,7 @@ class GraphBreakReport:
         if self.fx_breaks:
             out += ["", "| graph break (gb_type) | GB id | explanation | frame | count |", "|---|---|---|---|---:|"]
             out += [f"| {_md(b['gb_type'])} | {b.get('gb_id') or '-'} | {_md(b.get('explanation') or '-')} | "
-                    f"`{b['frame']}` | {b['count']} |" for b in self.fx_breaks]
+                    f"`{b['frame']}`{_inherited(b)} | {b['count']} |" for b in self.fx_breaks]
         if self.recompile_reasons:
             out += ["", "| recompile (first failed guard) | frame | count |", "|---|---|---:|"]
             out += [f"| {_md(b['reason'])} | `{b['frame']}` | {b['count']} |" for b in self.recompile_reasons]
@@ -237,6 +249,14 @@ def joined_lines(report: GraphBreakReport) -> list[str]:
 
 def _md(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _inherited(b: dict[str, Any]) -> str:
+    n = b.get("inherited", 0)
+    if not n:
+        return ""
+    calls = ", ".join(f"`{c}`" for c in b.get("split_at") or [])
+    return f" ({n} of them inherited: split at the call{'s' if len(b.get('split_at') or []) > 1 else ''} {calls})"
 
 
 def load_report(path: str) -> GraphBreakReport:
