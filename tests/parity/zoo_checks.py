@@ -1,4 +1,5 @@
-"""Checks shared by the zoo parity tests: a verify() report against an independent fp64 run.
+"""Checks shared by the zoo parity tests: a verify() report against an independent fp64 run, and
+the fixture that verifies each zoo model once per test module.
 
 The test runs the reference itself on the CPU (in the run's dtype, and in fp64 from the inputs
 and parameters rounded to it) and checks the report's CPU-side figures against those; then that
@@ -30,6 +31,21 @@ class _NoF32Upcast(torch.overrides.TorchFunctionMode):
             if kwargs.get("dtype") is torch.float32:
                 kwargs["dtype"] = torch.float64
         return func(*args, **kwargs)
+
+
+def bf16_case_fixture(names):
+    """The module-scoped fixture ``case`` over the zoo models ``names``: (name, model, args,
+    kwargs, ``parity.verify`` of the model in bf16), computed once per model and module."""
+    import pytest
+
+    from tests import zoo
+
+    @pytest.fixture(scope="module", params=names)
+    def case(request):
+        model, args, kwargs = zoo.build(request.param)
+        return request.param, model, args, kwargs, parity.verify(model, args, kwargs, dtype="bf16")
+
+    return case
 
 
 def independent_cpu_errors(model, args, kwargs, dtype):

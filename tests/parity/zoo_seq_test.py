@@ -14,15 +14,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
 from torch_xla_ext.parity import localization  # noqa: E402
-from zoo_checks import check_report, independent_cpu_errors  # noqa: E402
+from zoo_checks import bf16_case_fixture, check_report, independent_cpu_errors  # noqa: E402
 
 NAMES = ("llama", "t5")
 
-
-@pytest.fixture(scope="module", params=NAMES)
-def case(request):
-    model, args, kwargs = zoo.build(request.param)
-    return request.param, model, args, kwargs, parity.verify(model, args, kwargs, dtype="bf16")
+case = bf16_case_fixture(NAMES)
 
 
 def test_bf16_verdict_is_explained_by_fp64_figures(case):

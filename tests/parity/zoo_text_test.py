@@ -12,15 +12,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
-from zoo_checks import check_report  # noqa: E402
+from zoo_checks import bf16_case_fixture, check_report  # noqa: E402
 
 NAMES = ("gpt2", "bert", "clip")
 
-
-@pytest.fixture(scope="module", params=NAMES)
-def case(request):
-    model, args, kwargs = zoo.build(request.param)
-    return request.param, model, args, kwargs, parity.verify(model, args, kwargs, dtype="bf16")
+case = bf16_case_fixture(NAMES)
 
 
 def test_bf16_verdict_is_explained_by_fp64_figures(case):

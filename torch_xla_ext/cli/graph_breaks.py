@@ -5,6 +5,7 @@ combines the per-rank reports of a multi-process job and names the ranks that di
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from torch_xla_ext.cli import progress
 
@@ -20,16 +21,7 @@ def _run(args: argparse.Namespace) -> int:
         progress("embedded example: 3-layer MLP with a print, a data-dependent if and digamma")
     cmp = graph_breaks.compare(model, modes=modes, train=args.train, warmup=args.warmup, steps=args.steps,
                                progress=progress, timeout_s=args.timeout)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(cmp.to_json(indent=1))
-        progress(f"wrote {args.json}")
-    if args.html:
-        cmp.write_html(args.html)
-        progress(f"wrote {args.html}")
-    if args.trace:
-        graph_breaks.write_trace(args.trace, [cmp.modes[m].report for m in cmp.modes], labels=list(cmp.modes))
-        progress(f"wrote {args.trace}")
+    _write(args, cmp, [cmp.modes[m].report for m in cmp.modes], labels=list(cmp.modes))
     if args.plot:
         progress(f"wrote {args.plot}" if cmp.plot(args.plot) else f"{args.plot} not written: matplotlib is "
                  "not installed (pip install 'torch-xla-ext[plot]')")
@@ -37,21 +29,28 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write(args: argparse.Namespace, result: Any, reports: list[Any], labels: list[str] | None = None) -> None:
+    """--json, --html and --trace of a comparison or a merge (both have to_json and write_html)."""
+    from torch_xla_ext import graph_breaks
+
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(result.to_json(indent=1))
+        progress(f"wrote {args.json}")
+    if args.html:
+        result.write_html(args.html)
+        progress(f"wrote {args.html}")
+    if args.trace:
+        graph_breaks.write_trace(args.trace, reports, labels=labels)
+        progress(f"wrote {args.trace}")
+
+
 def _merge(args: argparse.Namespace) -> int:
     from torch_xla_ext import graph_breaks
 
     progress(f"merging {len(args.files)} report(s)")
     merged = graph_breaks.merge(args.files)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(merged.to_json(indent=1))
-        progress(f"wrote {args.json}")
-    if args.html:
-        merged.write_html(args.html)
-        progress(f"wrote {args.html}")
-    if args.trace:
-        graph_breaks.write_trace(args.trace, [merged.reports[r] for r in merged.ranks])
-        progress(f"wrote {args.trace}")
+    _write(args, merged, [merged.reports[r] for r in merged.ranks])
     print(merged.to_markdown())
     return 0
 
