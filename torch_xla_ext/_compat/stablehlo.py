@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from torch_xla_ext.errors import UnimplementedError
+
 
 @dataclasses.dataclass
 class InputLocation:
@@ -157,7 +159,9 @@ def from_graph_module(gm: Any) -> TorchXlaExport:
     """The plain data of a StableHLOGraphModule (exported_program_to_stablehlo's result)."""
     bundle = gm._bundle
     if len(bundle.stablehlo_funcs) != 1:
-        raise NotImplementedError(f"torch_xla produced {len(bundle.stablehlo_funcs)} functions; expected 1")
+        # exported_program_to_stablehlo writes one function ("forward"); several would need a
+        # manifest per function, which the bundle format does not have.
+        raise UnimplementedError(f"torch_xla produced {len(bundle.stablehlo_funcs)} functions; the bundle holds one")
     func = bundle.stablehlo_funcs[0]
     state = {k: np.asarray(v) for k, v in bundle.state_dict.items()}
     consts = [np.asarray(c) for c in bundle.additional_constants]
