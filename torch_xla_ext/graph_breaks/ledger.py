@@ -115,7 +115,7 @@ class GraphBreakLedger:
         c["ms"] = (t_ns - c["t0"]) / 1e6
         c["error"] = error
         self._span(f"[{compile_id}] {c['name']}", "dynamo compile", c["t0"], t_ns, frame=c["frame"],
-                   **({"error": error} if error else {}))
+                   compile_id=compile_id, **({"error": error} if error else {}))
 
     def on_recompile(self, compile_id: str, failed_guard: str, file: str, line: int) -> None:
         self._ledger.record(K.recompile, S.dynamo, reason=failed_guard, file=file, line=line)
@@ -177,6 +177,7 @@ class GraphBreakLedger:
         b["ms"] = (t_ns - b["t0"]) / 1e6
         b["error"] = error
         self._span(f"extract {b['aot_name'] or 'graph'}", "bridge", b["t0"], t_ns, partitions=len(b["partitions"]),
+                   **({"compile_id": b["compile_id"]} if b["compile_id"] not in (None, "-") else {}),
                    **({"error": error} if error else {}))
 
     def on_fallback_node(self, bridge: int | None, aten_op: str) -> None:

@@ -15,7 +15,7 @@ written with the compile id passed explicitly (``_compat.trace_log``).
 
 Example (shell):
     TORCH_TRACE=/tmp/tr python train.py          # train.py: with graph_breaks.account(): ...
-    tlparse /tmp/tr --latest -o tl_out           # or: tlparse /tmp/tr --all-ranks-html
+    tlparse /tmp/tr/dedicated_log_torch_trace_*.log -o tl_out   # several ranks: tlparse /tmp/tr --all-ranks-html
 """
 
 from __future__ import annotations
