@@ -21,12 +21,12 @@ import pytest
 
 from torch_xla_ext import graph_breaks as gb
 from torch_xla_ext.cli import main
-from torch_xla_ext.graph_breaks import tlparse as gb_tlparse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-import tool_venv  # noqa: E402
+sys.path.insert(0, HERE)
+import tlparse_checks  # noqa: E402
+from tlparse_checks import check_tlparse_output, dynamo_compile_ids  # noqa: E402
 
 WORLD = 3
 DIVERGE = 1
@@ -43,14 +43,7 @@ def _env(**extra):
 
 @pytest.fixture(scope="module")
 def tlparse_bin():
-    return str(tool_venv.ensure("tlparse") / "bin" / "tlparse")
-
-
-def _tlparse(binary, *args):
-    proc = subprocess.run([binary, *map(str, args), "--no-browser", "--overwrite"], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    return tlparse_checks.tlparse_binary()
 
 
 @pytest.fixture(scope="module")
@@ -75,86 +68,29 @@ def job(tmp_path_factory):
     return out
 
 
-def _records(log_path):
-    """The JSON envelope of every record of torch's trace file (glog prefix, then JSON)."""
-    with open(log_path) as f:
-        for line in f:
-            if line.startswith("\t") or "] {" not in line:
-                continue
-            yield json.loads(line[line.index("] {") + 2:])
-
-
-def dynamo_compile_ids(log_path):
-    """Compile ids of Dynamo's own dynamo_start records."""
-    return {f"{r['frame_id']}/{r['frame_compile_id']}" for r in _records(log_path) if "dynamo_start" in r}
-
-
 def rank_log(job, rank):
     files = glob.glob(str(job / "trace" / f"dedicated_log_torch_trace_rank_{rank}_*.log"))
     assert len(files) == 1, files
     return files[0]
 
 
-def check_tlparse_output(out_dir, log_path, rank):
-    """Our artifacts in tlparse's output of one trace file, checked against Dynamo's records;
-    returns {compile id: payload} and the summary."""
-    directory = json.loads((out_dir / "compile_directory.json").read_text())
-    index = (out_dir / "index.html").read_text()
-    ours, summary, dynamo_art = {}, None, {}
-    for key, entry in directory.items():
-        cid = key.strip("[]").split("_")[0]  # "[0/0_1]" is compile id 0/0, attempt 1
-        for a in entry["artifacts"]:
-            dynamo_art.setdefault(cid, []).append(a)
-            if a["name"].startswith(gb_tlparse.COMPILE_ARTIFACT + "_"):
-                assert cid not in ours, f"two artifacts for {cid}"
-                ours[cid] = json.loads((out_dir / a["url"]).read_text())
-                assert a["url"] in index  # listed on tlparse's page
-            elif a["name"].startswith(gb_tlparse.SUMMARY_ARTIFACT + "_"):
-                assert key == "[-/-]" and a["url"] in index
-                summary = json.loads((out_dir / a["url"]).read_text())
-    dyn = dynamo_compile_ids(log_path)
-    assert dyn and set(ours) == dyn
-    assert summary is not None and sorted(summary["compile_ids"]) == sorted(dyn)
-    assert summary["rank"]["rank"] == rank
-
-    def dynamo_text(cid, prefix):
-        return "".join((out_dir / a["url"]).read_text() for a in dynamo_art.get(cid, [])
-                       if a["name"].startswith(prefix))
-
-    for cid, p in ours.items():
-        assert p["compile_id"] == cid and p["rank"] == rank
-        # Dynamo's output graph for this compile holds digamma iff the bridge left it to the CPU.
-        has_digamma = "digamma" in dynamo_text(cid, "dynamo_output_graph")
-        assert ("aten::digamma" in p["totals"]["fallback_nodes"]) == has_digamma, cid
-        # Dynamo logged a break in this compile iff the artifact names one.
-        assert bool(p["graph_breaks"]) == bool(dynamo_text(cid, "dynamo_graph_break_reason")), cid
-        assert p["totals"]["xla_partitions"] >= 1
-        for g in p["dynamo_graphs"]:
-            for a in g["aot"]:
-                for b in a["bridge"]:
-                    for part in b["partitions"]:  # every partition runs once per step
-                        assert part["executions"] == WARMUP + STEPS, part
-                        assert len(part["graph_hash"]) >= 16
-    return ours, summary
-
-
 def test_a_rank_trace_in_tlparse_has_the_ledger_under_dynamos_compile_ids(job, tlparse_bin, tmp_path):
     for r in (0, DIVERGE):
         out = tmp_path / f"one{r}"
-        _tlparse(tlparse_bin, rank_log(job, r), "-o", out)
-        ours, _ = check_tlparse_output(out, rank_log(job, r), r)
+        tlparse_checks.run_tlparse(tlparse_bin, rank_log(job, r), "-o", out)
+        ours, _ = check_tlparse_output(out, rank_log(job, r), r, WARMUP + STEPS)
         fallback = {op for p in ours.values() for op in p["totals"]["fallback_nodes"]}
         assert fallback == ({"aten::digamma"} if r == DIVERGE else set())
 
 
 def test_all_ranks_html_shows_each_ranks_artifacts(job, tlparse_bin, tmp_path):
     out = tmp_path / "all"
-    _tlparse(tlparse_bin, job / "trace", "--all-ranks-html", "-o", out)
+    tlparse_checks.run_tlparse(tlparse_bin, job / "trace", "--all-ranks-html", "-o", out)
     index = (out / "index.html").read_text()
     counts = {}
     for r in range(WORLD):
         assert f"rank_{r}/index.html" in index
-        ours, _ = check_tlparse_output(out / f"rank_{r}", rank_log(job, r), r)
+        ours, _ = check_tlparse_output(out / f"rank_{r}", rank_log(job, r), r, WARMUP + STEPS)
         counts[r] = len(ours)
     # The break splits the diverging rank's forward into one more compile (Dynamo's own count).
     assert counts[DIVERGE] == counts[0] + 1 and all(counts[r] == counts[0] for r in range(WORLD) if r != DIVERGE)
@@ -186,6 +122,8 @@ def test_merge_cli_on_cli_json_exits_0_and_names_rank_and_figures(job, tmp_path,
     assert f"Ranks that differ: {DIVERGE}" in out and "[dynamo] graph break only on some ranks" in out
     d = json.loads(j.read_text())
     assert d["differing_ranks"] == [DIVERGE] and set(d["modes"]) == {"lazy", "dynamo"}
+    page = (tmp_path / "m.html").read_text()
+    assert f"Ranks that differ: {DIVERGE}" in page and f"rank {DIVERGE}, dynamo mode" in page
 
 
 def test_merge_bad_inputs_are_typed_errors_naming_the_file(job, tmp_path):
@@ -206,3 +144,13 @@ def test_merge_bad_inputs_are_typed_errors_naming_the_file(job, tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.json"):
         gb.merge([good, str(tmp_path / "missing.json")])
     assert main(["graph-breaks", "merge", good, str(bad)]) == 2
+
+
+def test_torch_trace_arguments_are_checked(tmp_path):
+    with pytest.raises(gb.GraphBreakError, match="torch_trace.*dynamo mode"):
+        gb.compare(MODEL, modes=("lazy",), torch_trace=str(tmp_path))
+    with pytest.raises(gb.GraphBreakError, match="torch_trace"):
+        gb.compare(MODEL, torch_trace=str(tmp_path), isolation="in-process")
+    with pytest.raises(gb.GraphBreakError, match="torch_trace must be"):
+        gb.account(torch_trace="yes")
+    assert main(["graph-breaks", "--model", MODEL, "--modes", "lazy", "--torch-trace", str(tmp_path)]) == 2

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+import pytest
 import torch
 import torch_xla
 
@@ -130,3 +131,12 @@ def test_trace_slices_by_name_and_compile_id(tmp_path):
     # The same ledger's artifacts reached torch's trace stream (what tlparse reads), one per compile id.
     assert log.kinds["artifact:torch_xla_ext_xla_graphs"] == len(dynamo_cids)
     assert log.kinds["artifact:torch_xla_ext_graph_breaks_summary"] == 1
+
+
+def test_account_torch_trace_true_needs_a_trace_file():
+    assert "TORCH_TRACE" not in os.environ  # this process writes no structured trace file
+    with pytest.raises(gb.GraphBreakError, match="TORCH_TRACE"):
+        gb.account(torch_trace=True).__enter__()
+    with gb.account(torch_trace=False) as ledger:  # asked for none, a region writes none
+        pass
+    assert ledger.tlparse_compile_ids == []

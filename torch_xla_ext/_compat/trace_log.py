@@ -39,13 +39,14 @@ def _lazy_handler() -> Any:
 
 
 def active() -> bool:
-    """True when torch writes a structured trace in this process (``TORCH_TRACE`` was set when
-    torch was imported, or a handler was added since)."""
+    """True when torch emits structured-trace records in this process: the same test torch's
+    ``trace_structured`` makes (any handler on its trace logger: the ``TORCH_TRACE`` file, or
+    a listener someone attached)."""
     return bool(_trace_log().handlers)
 
 
 def trace_dir() -> str | None:
-    """The directory torch writes its trace file in, if it writes one."""
+    """The directory torch writes its trace file in (``TORCH_TRACE``), if it writes one."""
     h = _lazy_handler()
     return getattr(h, "root_dir", None) if h is not None else None
 

@@ -156,9 +156,11 @@ def compare(model: str | Callable[[], Any], *, modes: Sequence[str] = MODES, tra
         raise GraphBreakError(f"isolation: expected 'subprocess' or 'in-process', got {isolation!r}")
     if not (isinstance(model, str) or callable(model)):
         raise GraphBreakError(f"model: expected a 'module:factory' spec or a factory, got {type(model).__name__}")
-    if torch_trace is not None and (not isinstance(torch_trace, str) or not torch_trace or isolation != "subprocess"):
-        raise GraphBreakError(f"torch_trace: expected a directory path with isolation='subprocess' (torch reads "
-                              f"TORCH_TRACE at import), got {torch_trace!r} with isolation={isolation!r}")
+    if torch_trace is not None and (not isinstance(torch_trace, str) or not torch_trace or isolation != "subprocess"
+                                    or "dynamo" not in modes):
+        raise GraphBreakError(f"torch_trace: expected a directory path, with isolation='subprocess' (torch reads "
+                              f"TORCH_TRACE at import) and the dynamo mode (the trace is Dynamo's), got "
+                              f"{torch_trace!r} with isolation={isolation!r}, modes={modes!r}")
     spec = _spec_of(model)
     label = spec or getattr(model, "__qualname__", repr(model))
     results: dict[str, ModeResult] = {}

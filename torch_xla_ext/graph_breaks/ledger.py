@@ -215,9 +215,9 @@ class GraphBreakLedger:
         if self._torch_trace is not False:
             from torch_xla_ext._compat import trace_log
 
-            if self._torch_trace and not trace_log.active():
-                raise GraphBreakError("account(torch_trace=True): torch writes no structured trace in this "
-                                      "process; set TORCH_TRACE=DIR before torch is imported")
+            if self._torch_trace and trace_log.trace_dir() is None:
+                raise GraphBreakError("account(torch_trace=True): torch writes no structured trace file in "
+                                      "this process; set TORCH_TRACE=DIR before torch is imported")
             if trace_log.active() and self._rank.get("source") == "RANK" and self._rank.get("rank") is not None:
                 trace_log.name_file_by_rank(self._rank["rank"])  # for tlparse --all-ranks-html
         self._native_start = _core.global_ledger().counts()
@@ -426,10 +426,11 @@ def account(ring_capacity: int = 4096, torch_trace: bool | None = None) -> Graph
     change. At region entry and exit it waits for pending device work, so executions launched
     before the region are not counted in it and execution times are complete.
 
-    When torch writes a structured trace (``TORCH_TRACE=DIR``), the outermost region writes its
-    figures into it at exit, one artifact per Dynamo compile id and a run-level summary, which
-    ``tlparse`` lists under those compile ids (:mod:`~torch_xla_ext.graph_breaks.tlparse`);
-    ``torch_trace=False`` writes none, ``True`` requires a trace. With RANK set by a launcher and
+    When torch emits its structured trace (``TORCH_TRACE=DIR``, or any listener on it), the
+    outermost region writes its figures into it at exit, one artifact per Dynamo compile id and
+    a run-level summary, which ``tlparse`` lists under those compile ids
+    (:mod:`~torch_xla_ext.graph_breaks.tlparse`); ``torch_trace=False`` writes none, ``True``
+    requires a ``TORCH_TRACE`` file. With RANK set by a launcher and
     no process group, the trace file is named by rank (``tlparse --all-ranks-html``).
 
     Example:

@@ -57,6 +57,7 @@ class MergedReport:
     divergences: list[dict[str, Any]]
     modes: dict[str, dict[int, GraphBreakReport]] = dataclasses.field(default_factory=dict)
     kind: str = "report"  # "report": ledger.report() files; "compare": compare() / CLI --json files
+    shown: str = "region"  # the mode whose report `reports` holds
 
     @property
     def differing_ranks(self) -> list[int]:
@@ -211,7 +212,7 @@ def merge(reports: Sequence[Any]) -> MergedReport:
         divergences += _diverge(reps, m if tag else None)
     shown = "dynamo" if "dynamo" in per_mode else mode_names[0]
     first = {r: by_rank[r].get(shown) or next(iter(by_rank[r].values())) for r in ranks}
-    return MergedReport(ranks, files, first, divergences, per_mode, kind)
+    return MergedReport(ranks, files, first, divergences, per_mode, kind, shown)
 
 
 def _diverge(by_rank: dict[int, GraphBreakReport], mode: str | None) -> list[dict[str, Any]]:

@@ -119,8 +119,8 @@ def summary(report: GraphBreakReport, compile_ids: list[str]) -> dict[str, Any]:
 
 
 def emit(report: GraphBreakReport) -> list[str]:
-    """Writes the artifacts of ``report`` into torch's structured trace (nothing when no trace is
-    being written); returns the compile ids that got one."""
+    """Writes the artifacts of ``report`` into torch's structured trace (nothing when torch emits
+    none); returns the compile ids that got one."""
     from torch_xla_ext._compat import trace_log
 
     if not trace_log.active():
