@@ -39,7 +39,7 @@ def _partition(p: dict[str, Any], per_hash: dict[str, dict[str, Any]]) -> dict[s
     h = per_hash.get(p["hash"], {})
     return {"graph_hash": p["hash"], "nodes": p["nodes"], "compiles": h.get("compiles", 0),
             "compile_ms": round(h.get("compile_ms", 0.0), 3), "executions": h.get("executions", 0),
-            "execute_ms": round(h.get("dispatch_ms", 0.0), 3)}
+            "dispatch_ms": round(h.get("dispatch_ms", 0.0), 3)}
 
 
 def _bridge(b: dict[str, Any], per_hash: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def _totals(graphs: list[dict[str, Any]]) -> dict[str, Any]:
             "xla_compiles": sum(first[h]["compiles"] for h in hashes),
             "compile_ms": round(sum(first[h]["compile_ms"] for h in hashes), 3),
             "executions": sum(first[h]["executions"] for h in hashes),
-            "execute_ms": round(sum(first[h]["execute_ms"] for h in hashes), 3)}
+            "dispatch_ms": round(sum(first[h]["dispatch_ms"] for h in hashes), 3)}
 
 
 def compile_artifacts(report: GraphBreakReport) -> dict[str, dict[str, Any]]:
@@ -82,7 +82,7 @@ def compile_artifacts(report: GraphBreakReport) -> dict[str, dict[str, Any]]:
     def entry(cid: str, c: dict[str, Any] | None) -> dict[str, Any]:
         if cid not in out:
             c = c or {}
-            out[cid] = {"schema": SCHEMA, "compile_id": cid, "rank": report.rank.get("rank"),
+            out[cid] = {"schema": SCHEMA, "compile_id": cid, "rank": report.rank.get("rank"), "steps": report.steps,
                         "frame": c.get("frame"), "function": c.get("name"),
                         "dynamo_compile_ms": None if c.get("ms") is None else round(c["ms"], 3),
                         "recompile_reason": c.get("recompile_reason"), "error": c.get("error"),
