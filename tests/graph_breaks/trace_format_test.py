@@ -140,3 +140,38 @@ def test_account_torch_trace_true_needs_a_trace_file():
     with gb.account(torch_trace=False) as ledger:  # asked for none, a region writes none
         pass
     assert ledger.tlparse_compile_ids == []
+
+
+def test_artifact_records_carry_the_compile_id_and_unparsable_ids_stay_in_the_summary():
+    import logging
+
+    from torch._logging._internal import trace_log
+
+    from torch_xla_ext.graph_breaks import tlparse
+
+    got = []
+
+    class Listener(logging.Handler):
+        def emit(self, record):
+            got.append((record.metadata, record.payload))
+
+    def compile_entry(cid):
+        return {"compile_id": cid, "name": "f", "frame": "m.py:1", "ms": 1.0, "error": None,
+                "recompile_reason": None, "breaks": [], "graphs": []}
+
+    listener = Listener()
+    trace_log.addHandler(listener)
+    try:
+        # torch's LazyTraceHandler without TORCH_TRACE removes itself at the first record, which
+        # makes logging skip the next handler for that record: let it go first.
+        torch._logging.trace_structured("artifact", metadata_fn=lambda: {"name": "warm", "encoding": "string"},
+                                        payload_fn=lambda: "", expect_trace_id=False)
+        got.clear()
+        report = gb.GraphBreakReport(rank={"rank": 0}, joined=[compile_entry("3/1"), compile_entry("not-an-id")])
+        assert tlparse.emit(report) == ["3/1"]
+    finally:
+        trace_log.removeHandler(listener)
+    (per_compile,) = [(m, p) for m, p in got if m["artifact"]["name"] == tlparse.COMPILE_ARTIFACT]
+    assert (per_compile[0]["frame_id"], per_compile[0]["frame_compile_id"]) == (3, 1)  # torch's own fields
+    (summary,) = [json.loads(p) for m, p in got if m["artifact"]["name"] == tlparse.SUMMARY_ARTIFACT]
+    assert summary["compile_ids"] == ["3/1"] and set(summary["unplaced"]) == {"not-an-id"}

@@ -39,10 +39,14 @@ def _lazy_handler() -> Any:
 
 
 def active() -> bool:
-    """True when torch emits structured-trace records in this process: the same test torch's
-    ``trace_structured`` makes (any handler on its trace logger: the ``TORCH_TRACE`` file, or
-    a listener someone attached)."""
-    return bool(_trace_log().handlers)
+    """True when someone reads torch's structured-trace records in this process: the
+    ``TORCH_TRACE`` file, or a listener attached to its logger. torch always installs a
+    ``LazyTraceHandler``; without ``TORCH_TRACE`` its directory is None and it removes itself at
+    the first record (writing nothing), so it does not count."""
+    from torch._logging import _internal
+
+    return any(not (isinstance(h, _internal.LazyTraceHandler) and h.root_dir is None)
+               for h in _trace_log().handlers)
 
 
 def trace_dir() -> str | None:
@@ -82,7 +86,8 @@ def name_file_by_rank(rank: int) -> str | None:
 
 def artifact(name: str, payload: Any, compile_id: str | None) -> None:
     """Writes a JSON artifact ``name`` into the trace, under ``compile_id`` (a Dynamo compile id
-    string such as ``"1/0"`` or ``"!0/1/0"``), or under no compile id (tlparse's ``-_-_-_-``)."""
+    string such as ``"1/0"`` or ``"!0/1/0"``), or under no compile id (tlparse's ``-_-_-_-``).
+    A string torch cannot parse as a compile id is a ValueError (nothing written)."""
     import torch._guards
     from torch._logging import trace_structured
 

@@ -125,8 +125,15 @@ def emit(report: GraphBreakReport) -> list[str]:
 
     if not trace_log.active():
         return []
-    per_compile = compile_artifacts(report)
-    for cid, payload in per_compile.items():
-        trace_log.artifact(COMPILE_ARTIFACT, payload, cid)
-    trace_log.artifact(SUMMARY_ARTIFACT, summary(report, list(per_compile)), None)
-    return list(per_compile)
+    placed, unplaced = [], {}
+    for cid, payload in compile_artifacts(report).items():
+        try:
+            trace_log.artifact(COMPILE_ARTIFACT, payload, cid)
+            placed.append(cid)
+        except ValueError:  # not a compile id torch can parse: kept in the summary instead
+            unplaced[cid] = payload
+    s = summary(report, placed)
+    if unplaced:
+        s["unplaced"] = unplaced
+    trace_log.artifact(SUMMARY_ARTIFACT, s, None)
+    return placed
