@@ -89,3 +89,30 @@ def check_tlparse_output(out_dir, log_path, rank, runs):
                         assert part["executions"] == runs, part
                         assert len(part["graph_hash"]) >= 16
     return ours, summary
+
+
+def check_chromium_events(out_dir, runs):
+    """Our timeline in tlparse's chromium_events.json (the Perfetto view tlparse writes), next to
+    Dynamo's own `dynamo_timed` events: every field an importer needs, the Dynamo-compile slices
+    exactly at the compile ids Dynamo's events carry, and each compile's XLA graphs run ``runs``
+    times. Returns our events."""
+    events = json.loads((out_dir / "chromium_events.json").read_text())
+    dynamo_cids = {e["args"]["compile_id"] for e in events
+                   if e.get("cat") == "dynamo_timed" and "compile_id" in (e.get("args") or {})}
+    assert dynamo_cids
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    ours = [e for e in events if str(e.get("cat", "")).startswith(gb_tlparse.CHROMIUM_CAT + ".")]
+    assert ours
+    for e in ours:
+        assert e["ph"] in ("X", "i") and isinstance(e["name"], str) and e["name"], e
+        assert isinstance(e["ts"], (int, float)) and isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        assert (e["dur"] > 0) if e["ph"] == "X" else (e["s"] == "t"), e
+        assert threads[(e["pid"], e["tid"])].startswith("torch_xla_ext: "), e
+        assert e["args"].get("compile_id", next(iter(dynamo_cids))) in dynamo_cids, e
+    compiles = [e for e in ours if threads[(e["pid"], e["tid"])] == "torch_xla_ext: dynamo compile"]
+    assert {e["args"]["compile_id"] for e in compiles} == dynamo_cids
+    for cid in dynamo_cids:
+        run = [e for e in ours if e["name"].startswith("run ") and e["args"].get("compile_id") == cid]
+        assert len(run) == runs * len({e["args"]["graph_hash"] for e in run}), cid
+    return ours

@@ -8,7 +8,8 @@ CPU-fallback op (digamma). The real tlparse binary (pinned, in a cached venv mad
 Oracles: the compile ids come from Dynamo's own `dynamo_start` records in each trace file; which
 compile breaks and which compile's graph holds digamma come from Dynamo's own artifacts
 (`dynamo_graph_break_reason`, `dynamo_output_graph`) as tlparse files them; executions per XLA
-graph from the run's design (each partition runs once per step).
+graph from the run's design (each partition runs once per step); the timeline in tlparse's
+`chromium_events.json` against the compile ids of Dynamo's own chromium events there.
 """
 
 import glob
@@ -79,6 +80,7 @@ def test_a_rank_trace_in_tlparse_has_the_ledger_under_dynamos_compile_ids(job, t
         out = tmp_path / f"one{r}"
         tlparse_checks.run_tlparse(tlparse_bin, rank_log(job, r), "-o", out)
         ours, _ = check_tlparse_output(out, rank_log(job, r), r, WARMUP + STEPS)
+        tlparse_checks.check_chromium_events(out, WARMUP + STEPS)
         fallback = {op for p in ours.values() for op in p["totals"]["fallback_nodes"]}
         assert fallback == ({"aten::digamma"} if r == DIVERGE else set())
 

@@ -36,6 +36,7 @@ def test_zoo_training_step_in_tlparse(tmp_path):
     out = tmp_path / "tl"
     tlparse_checks.run_tlparse(tlparse_checks.tlparse_binary(), log, "-o", out)
     ours, summary = tlparse_checks.check_tlparse_output(out, log, 0, WARMUP + STEPS)
+    tlparse_checks.check_chromium_events(out, WARMUP + STEPS)
     assert len(ours) >= 3  # the backward and the optimizer split the step
     backward = {cid for cid, p in ours.items() for g in p["dynamo_graphs"] for a in g["aot"]
                 if a["kind"] == "backward" and a["bridge"] and a["bridge"][0]["partitions"]}

@@ -6,6 +6,8 @@ What is used, and why:
     tlparse's directory of the compile id in its record. The bridge extracts graphs and XLA
     runs them after Dynamo's compile has ended, so the compile id is passed explicitly rather
     than taken from ``CompileContext`` (which is empty by then).
+  * ``trace_structured("chromium_event", ...)``: a Chrome trace event, which tlparse gathers
+    with Dynamo's own (``dynamo_timed`` phases, ``args.compile_id``) into ``chromium_events.json``.
   * ``torch._logging._internal.trace_log`` and its ``LazyTraceHandler``: whether a trace is being
     written, and its file. torch names the file ``dedicated_log_torch_trace_rank_<r>_*.log`` only
     when torch.distributed is initialized; a job launched with RANK/WORLD_SIZE but no process
@@ -20,7 +22,7 @@ import os
 import tempfile
 from typing import Any
 
-__all__ = ["active", "artifact", "log_file", "name_file_by_rank", "trace_dir"]
+__all__ = ["active", "artifact", "chromium_event", "log_file", "name_file_by_rank", "trace_dir"]
 
 
 def _trace_log() -> Any:
@@ -95,3 +97,12 @@ def artifact(name: str, payload: Any, compile_id: str | None) -> None:
     trace_structured("artifact", metadata_fn=lambda: {"name": name, "encoding": "json"},
                      payload_fn=lambda: json.dumps(payload, indent=1, default=str), compile_id=cid,
                      expect_trace_id=cid is not None)
+
+
+def chromium_event(event: dict[str, Any]) -> None:
+    """Writes one Chrome trace event (``ts`` in microseconds of ``time.time_ns()``, the clock
+    Dynamo's own chromium events use) into the trace."""
+    from torch._logging import trace_structured
+
+    trace_structured("chromium_event", payload_fn=lambda: event, suppress_context=False, expect_trace_id=False,
+                     record_logging_overhead=False)

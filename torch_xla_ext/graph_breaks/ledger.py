@@ -248,7 +248,7 @@ class GraphBreakLedger:
         if self._outermost and self._torch_trace is not False:
             from torch_xla_ext.graph_breaks import tlparse
 
-            self.tlparse_compile_ids = tlparse.emit(self._final)
+            self.tlparse_compile_ids = tlparse.emit(self._final, wall0_us=self._wall0 / 1e3)
 
     def report(self) -> GraphBreakReport:
         """The region's report (so far, if the region is still open)."""

@@ -10,6 +10,10 @@ nothing of what happens after Dynamo hands the graph over. With a trace being wr
   * once, a run-level ``torch_xla_ext_graph_breaks_summary``: the report's figures, per-hash
     table, fallback ops and the compile ids that got an artifact (tlparse files artifacts written
     outside any compile under ``-_-_-_-``).
+  * the region's timeline as Chrome trace events (``chromium_event`` records), which tlparse
+    puts in its ``chromium_events.json`` next to Dynamo's own compile phases: one Perfetto view
+    of Dynamo's compile, the bridge's extraction, XLA's compiles and every execution, each slice
+    with ``args.compile_id`` as Dynamo's own carry it.
 The bridge extracts and XLA runs a graph after Dynamo's compile has ended, so the artifacts are
 written with the compile id passed explicitly (``_compat.trace_log``).
 
@@ -24,11 +28,15 @@ from typing import Any
 
 from torch_xla_ext.graph_breaks.report import GraphBreakReport
 
-__all__ = ["COMPILE_ARTIFACT", "SUMMARY_ARTIFACT", "SCHEMA", "compile_artifacts", "summary", "emit"]
+__all__ = ["COMPILE_ARTIFACT", "SUMMARY_ARTIFACT", "SCHEMA", "CHROMIUM_CAT", "chromium_events", "compile_artifacts",
+           "summary", "emit"]
 
 COMPILE_ARTIFACT = "torch_xla_ext_xla_graphs"
 SUMMARY_ARTIFACT = "torch_xla_ext_graph_breaks_summary"
 SCHEMA = "torch_xla_ext.graph_breaks.tlparse/1"
+CHROMIUM_CAT = "torch_xla_ext"  # the `cat` of our chromium events (Dynamo's are "dynamo_timed")
+# Dynamo's chromium events are pid 0, tid 0; ours go on threads of their own, one per track.
+_TID0 = 100
 
 
 def _is_compile_id(cid: Any) -> bool:
@@ -118,9 +126,32 @@ def summary(report: GraphBreakReport, compile_ids: list[str]) -> dict[str, Any]:
             "recompiles": report.recompile_reasons, "notes": report.notes}
 
 
-def emit(report: GraphBreakReport) -> list[str]:
-    """Writes the artifacts of ``report`` into torch's structured trace (nothing when torch emits
-    none); returns the compile ids that got one."""
+def chromium_events(report: GraphBreakReport, wall0_us: float) -> list[dict[str, Any]]:
+    """The report's timeline as Chrome trace events on Dynamo's clock (``wall0_us``: the
+    region's start in microseconds of ``time.time_ns()``), one named thread per track."""
+    tids: dict[str, int] = {}
+    out: list[dict[str, Any]] = []
+    for ev in report.timeline:
+        tid = tids.get(ev["track"])
+        if tid is None:
+            tid = tids[ev["track"]] = _TID0 + len(tids)
+            out.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid,
+                        "args": {"name": f"torch_xla_ext: {ev['track']}"}})
+        args = dict(ev["args"], **({"replica": ev["replica"]} if ev.get("replica") is not None else {}))
+        e = {"name": ev["name"], "cat": f"{CHROMIUM_CAT}.{ev['cat']}", "pid": 0, "tid": tid,
+             "ts": round(wall0_us + ev["ts"], 3), "args": args}
+        if ev["dur"] > 0:
+            e.update(ph="X", dur=ev["dur"])
+        else:
+            e.update(ph="i", s="t")
+        out.append(e)
+    return out
+
+
+def emit(report: GraphBreakReport, wall0_us: float | None = None) -> list[str]:
+    """Writes the artifacts of ``report`` into torch's structured trace (nothing when no one reads
+    it), and its timeline as chromium events when ``wall0_us`` (the region's start on
+    ``time.time_ns()``, in microseconds) is given; returns the compile ids that got an artifact."""
     from torch_xla_ext._compat import trace_log
 
     if not trace_log.active():
@@ -136,4 +167,7 @@ def emit(report: GraphBreakReport) -> list[str]:
     if unplaced:
         s["unplaced"] = unplaced
     trace_log.artifact(SUMMARY_ARTIFACT, s, None)
+    if wall0_us is not None:
+        for e in chromium_events(report, wall0_us):
+            trace_log.chromium_event(e)
     return placed
