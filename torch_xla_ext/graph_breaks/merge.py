@@ -196,7 +196,8 @@ def merge(reports: Sequence[Any]) -> MergedReport:
         if len(set(ranks_in.values())) > 1:
             raise GraphBreakError(f"merge: {where}: its modes claim different ranks {ranks_in}")
         if rank in by_rank:
-            raise GraphBreakError(f"merge: {where} and {files[rank]} both claim rank {rank}")
+            raise GraphBreakError(f"merge: {where} and {files[rank]} both claim rank {rank} (each process of "
+                                  "a job needs its own RANK, as torchrun sets it)")
         by_rank[rank], files[rank] = modes, where
     kind = next(iter(kinds))
     ranks = sorted(by_rank)
