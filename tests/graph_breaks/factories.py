@@ -32,3 +32,29 @@ def sleepy():
 
 def not_a_pair():
     return torch.nn.Linear(2, 2)
+
+
+class RankMlp(torch.nn.Module):
+    """The model of one rank of a data-parallel job; the rank named by DIVERGE_RANK takes a graph
+    break the others do not and runs a CPU-fallback op (digamma) the others do not."""
+
+    def __init__(self, diverge: bool):
+        super().__init__()
+        self.diverge = diverge
+        self.l1 = torch.nn.Linear(8, 16)
+        self.l2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.l1(x))
+        if self.diverge:
+            torch._dynamo.graph_break()
+            h = torch.digamma(h + 1.0)
+        return self.l2(h)
+
+
+def rank_mlp():
+    import os
+
+    torch.manual_seed(0)
+    diverge = os.environ.get("RANK") is not None and os.environ.get("RANK") == os.environ.get("DIVERGE_RANK")
+    return RankMlp(diverge), (torch.randn(4, 8, generator=torch.Generator().manual_seed(1)),)

@@ -20,8 +20,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.model is None:
         progress("embedded example: 3-layer MLP with a print, a data-dependent if and digamma")
     cmp = graph_breaks.compare(model, modes=modes, train=args.train, warmup=args.warmup, steps=args.steps,
-                               progress=progress, timeout_s=args.timeout)
+                               progress=progress, timeout_s=args.timeout, torch_trace=args.torch_trace)
     _write(args, cmp, [cmp.modes[m].report for m in cmp.modes], labels=list(cmp.modes))
+    if args.torch_trace:
+        progress(f"torch's structured trace of the dynamo run is in {args.torch_trace}: "
+                 f"tlparse {args.torch_trace}/dedicated_log_torch_trace_*.log (one file per run; several "
+                 f"ranks: tlparse {args.torch_trace} --all-ranks-html)")
     if args.plot:
         progress(f"wrote {args.plot}" if cmp.plot(args.plot) else f"{args.plot} not written: matplotlib is "
                  "not installed (pip install 'torch-xla-ext[plot]')")
@@ -77,14 +81,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--trace", metavar="FILE", help="also write a Chrome/Perfetto trace (traceEvents JSON)")
+    p.add_argument("--torch-trace", metavar="DIR",
+                   help="run the dynamo mode with TORCH_TRACE=DIR: torch's structured trace, with this tool's "
+                   "figures as artifacts under each compile id, for tlparse (per rank with RANK set)")
     p.add_argument("--plot", metavar="FILE", help="also write a PNG: breaks, partitions, compiles, ms/step")
     p.set_defaults(func=_run)
     actions = p.add_subparsers(dest="action", metavar="ACTION")
-    m = actions.add_parser("merge", help="combine per-rank report JSON files and name the ranks that differ",
-                           description="Combine the report JSON each rank saved (report.save(...)) into one "
-                           "report that names the ranks that differ: an extra compile, another graph hash, a "
-                           "break only some ranks take.")
-    m.add_argument("files", nargs="+", metavar="FILE", help="per-rank report JSON files")
+    m = actions.add_parser("merge", help="combine per-rank JSON files and name the ranks that differ",
+                           description="Combine what each rank wrote — the --json of `graph-breaks` run per "
+                           "rank (both modes, merged mode by mode) or ledger.report().save(...) — into one "
+                           "report that names the ranks that differ and in what: an extra compile, another "
+                           "graph hash, a break or fallback op only some ranks take.")
+    m.add_argument("files", nargs="+", metavar="FILE",
+                   help="per-rank JSON files: `graph-breaks --json` results or saved ledger reports (one kind)")
     m.add_argument("--json", metavar="FILE", help="also write the merged report as JSON")
     m.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     m.add_argument("--trace", metavar="FILE", help="also write a Chrome/Perfetto trace with one process per rank")

@@ -11,8 +11,10 @@ Four layers break a program into pieces, and each is counted here in one report:
     their times, per graph hash where the bridge exposes it; syncs, and executions a host read
     forced outside a sync.
 One report per region (``account()``), joined per compile id; a self-contained HTML page and a
-Chrome/Perfetto trace of it; ``compare()`` of lazy vs dynamo, each in a fresh process; and
-``merge()`` of the per-rank reports of a multi-process job, naming the ranks that differ.
+Chrome/Perfetto trace of it; with ``TORCH_TRACE`` set, artifacts in torch's structured trace
+under each Dynamo compile id, for tlparse (``graph_breaks.tlparse``); ``compare()`` of lazy vs
+dynamo, each in a fresh process; and ``merge()`` of the per-rank reports (or per-rank
+comparisons) of a multi-process job, naming the ranks that differ.
 
 Example:
     >>> from torch_xla_ext import graph_breaks

@@ -122,7 +122,7 @@ def _spec_of(obj: Any) -> str | None:
 
 def compare(model: str | Callable[[], Any], *, modes: Sequence[str] = MODES, train: bool = False, warmup: int = 3,
             steps: int = 8, isolation: str = "subprocess", progress: Callable[[str], None] | None = None,
-            timeout_s: float = 600.0) -> Comparison:
+            timeout_s: float = 600.0, torch_trace: str | None = None) -> Comparison:
     """Runs the same model in each mode and accounts it: per-mode reports and per-step times.
 
     ``model`` follows the one ``--model`` contract: a ``'module:factory'`` spec (or the factory
@@ -136,7 +136,9 @@ def compare(model: str | Callable[[], Any], *, modes: Sequence[str] = MODES, tra
     fresh interpreter cannot import (a lambda, something in ``__main__``) needs
     ``isolation="in-process"``: modes then run one after another with ``torch._dynamo.reset()``
     between them, sharing the XLA compile cache. A worker that runs longer than ``timeout_s`` is
-    killed (:class:`WorkerError`).
+    killed (:class:`WorkerError`). ``torch_trace=DIR`` runs the dynamo worker with
+    ``TORCH_TRACE=DIR``: its trace carries the ledger's artifacts for tlparse
+    (:mod:`~torch_xla_ext.graph_breaks.tlparse`).
 
     Example:
         >>> cmp = graph_breaks.compare("torch_xla_ext.graph_breaks:example", warmup=1, steps=2)
@@ -154,6 +156,11 @@ def compare(model: str | Callable[[], Any], *, modes: Sequence[str] = MODES, tra
         raise GraphBreakError(f"isolation: expected 'subprocess' or 'in-process', got {isolation!r}")
     if not (isinstance(model, str) or callable(model)):
         raise GraphBreakError(f"model: expected a 'module:factory' spec or a factory, got {type(model).__name__}")
+    if torch_trace is not None and (not isinstance(torch_trace, str) or not torch_trace or isolation != "subprocess"
+                                    or "dynamo" not in modes):
+        raise GraphBreakError(f"torch_trace: expected a directory path, with isolation='subprocess' (torch reads "
+                              f"TORCH_TRACE at import) and the dynamo mode (the trace is Dynamo's), got "
+                              f"{torch_trace!r} with isolation={isolation!r}, modes={modes!r}")
     spec = _spec_of(model)
     label = spec or getattr(model, "__qualname__", repr(model))
     results: dict[str, ModeResult] = {}
@@ -180,14 +187,15 @@ def compare(model: str | Callable[[], Any], *, modes: Sequence[str] = MODES, tra
                    "--warmup", str(warmup), "--steps", str(steps), "--out", out_path] + (["--train"] if train else [])
             if progress:
                 progress(f"{m}: starting a fresh process")
-            results[m] = _mode_result(_run_worker(cmd, m, out_path, timeout_s, progress), "subprocess")
+            env = {"TORCH_TRACE": os.path.abspath(torch_trace)} if torch_trace and m == "dynamo" else {}
+            results[m] = _mode_result(_run_worker(cmd, m, out_path, timeout_s, progress, env), "subprocess")
     return Comparison(results, warmup, steps, label, train)
 
 
 def _run_worker(cmd: list[str], mode: str, out_path: str, timeout_s: float,
-                progress: Callable[[str], None] | None) -> dict[str, Any]:
+                progress: Callable[[str], None] | None, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Runs one worker; its stderr is read on a thread so the timeout can fire while it runs."""
-    env = dict(os.environ)
+    env = dict(os.environ, **(extra_env or {}))
     env.setdefault("PJRT_DEVICE", "CPU")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)

@@ -264,5 +264,6 @@ def write_merged(path: str, merged: Any) -> str:
                    numeric=set(range(1, len(ranks) + 1)))
     body = [f"<div class=\"sub\">{len(ranks)} ranks: " + _e(", ".join(f"{r} ({merged.files[r]})" for r in ranks))
             + "</div>", "<h2>Divergence</h2>", verdict, "<h2>Per rank</h2>", table]
-    body += [render_report(merged.reports[r], f"rank {r}") for r in ranks]
+    mode = f", {merged.shown} mode" if getattr(merged, "kind", "report") == "compare" else ""
+    body += [render_report(merged.reports[r], f"rank {r}{mode}") for r in ranks]
     return _write(path, _page(f"torch_xla graph breaks across {len(ranks)} ranks", "".join(body)))

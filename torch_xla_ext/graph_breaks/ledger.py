@@ -29,6 +29,9 @@ __all__ = ["GraphBreakLedger", "account", "native_ledger", "rank_identity"]
 _HOST_READ_COUNTERS = ("aten::_local_scalar_dense", "xla::_to_cpu")
 _TIME_METRICS = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime")
 K, S = _core.Kind, _core.Stage
+# Regions open in this process: only the outermost writes tlparse artifacts (a nested region's
+# compile ids are the outer one's too).
+_open_regions = [0]
 
 
 def rank_identity() -> dict[str, Any]:
@@ -65,9 +68,14 @@ class GraphBreakLedger:
     """Records Dynamo, AOTAutograd, bridge and XLA events while its region is open; see
     :func:`account`."""
 
-    def __init__(self, ring_capacity: int = 4096):
+    def __init__(self, ring_capacity: int = 4096, torch_trace: bool | None = None):
         if not isinstance(ring_capacity, int) or isinstance(ring_capacity, bool) or ring_capacity < 1:
             raise GraphBreakError(f"ring_capacity must be a positive int, got {ring_capacity!r}")
+        if torch_trace not in (None, True, False):
+            raise GraphBreakError(f"torch_trace must be None, True or False, got {torch_trace!r}")
+        self._torch_trace = torch_trace
+        self._outermost = False
+        self.tlparse_compile_ids: list[str] = []
         self._ledger = _core.Ledger(ring_capacity=ring_capacity)
         self._open = False
         self._final: GraphBreakReport | None = None
@@ -107,7 +115,7 @@ class GraphBreakLedger:
         c["ms"] = (t_ns - c["t0"]) / 1e6
         c["error"] = error
         self._span(f"[{compile_id}] {c['name']}", "dynamo compile", c["t0"], t_ns, frame=c["frame"],
-                   **({"error": error} if error else {}))
+                   compile_id=compile_id, **({"error": error} if error else {}))
 
     def on_recompile(self, compile_id: str, failed_guard: str, file: str, line: int) -> None:
         self._ledger.record(K.recompile, S.dynamo, reason=failed_guard, file=file, line=line)
@@ -169,6 +177,7 @@ class GraphBreakLedger:
         b["ms"] = (t_ns - b["t0"]) / 1e6
         b["error"] = error
         self._span(f"extract {b['aot_name'] or 'graph'}", "bridge", b["t0"], t_ns, partitions=len(b["partitions"]),
+                   **({"compile_id": b["compile_id"]} if b["compile_id"] not in (None, "-") else {}),
                    **({"error": error} if error else {}))
 
     def on_fallback_node(self, bridge: int | None, aten_op: str) -> None:
@@ -202,6 +211,15 @@ class GraphBreakLedger:
         # Work launched before the region (async executions) must not land inside it.
         _metrics.wait_device_ops()
         self._rank = rank_identity()
+        self._outermost = _open_regions[0] == 0
+        if self._torch_trace is not False:
+            from torch_xla_ext._compat import trace_log
+
+            if self._torch_trace and trace_log.trace_dir() is None:
+                raise GraphBreakError("account(torch_trace=True): torch writes no structured trace file in "
+                                      "this process; set TORCH_TRACE=DIR before torch is imported")
+            if trace_log.active() and self._rank.get("source") == "RANK" and self._rank.get("rank") is not None:
+                trace_log.name_file_by_rank(self._rank["rank"])  # for tlparse --all-ranks-html
         self._native_start = _core.global_ledger().counts()
         self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
         self._watches = [self._window, _dynamo.BridgeWatch(self), _metrics.SyncWatch(self._ledger, _dynamo.replica)]
@@ -209,6 +227,7 @@ class GraphBreakLedger:
             w.__enter__()
         _core.set_hooks_enabled(True)
         self._open = True
+        _open_regions[0] += 1
         self._wall0, self._t0 = time.time_ns(), time.monotonic_ns()
         return self
 
@@ -224,7 +243,12 @@ class GraphBreakLedger:
             for w in reversed(self._watches):
                 w.__exit__(*exc)
             self._open = False
+            _open_regions[0] -= 1
         self._final = self._build(self._window.delta(), self._t1, record=True)
+        if self._outermost and self._torch_trace is not False:
+            from torch_xla_ext.graph_breaks import tlparse
+
+            self.tlparse_compile_ids = tlparse.emit(self._final, wall0_us=self._wall0 / 1e3)
 
     def report(self) -> GraphBreakReport:
         """The region's report (so far, if the region is still open)."""
@@ -393,7 +417,7 @@ class GraphBreakLedger:
         return out
 
 
-def account(ring_capacity: int = 4096) -> GraphBreakLedger:
+def account(ring_capacity: int = 4096, torch_trace: bool | None = None) -> GraphBreakLedger:
     """A context manager that accounts graph breaks, AOT graphs, partitions, compiles,
     executions and transfers in its region; returns the ledger (``ledger.report()`` after or
     during). Call ``ledger.step()`` after each step for per-step figures.
@@ -402,13 +426,20 @@ def account(ring_capacity: int = 4096) -> GraphBreakLedger:
     change. At region entry and exit it waits for pending device work, so executions launched
     before the region are not counted in it and execution times are complete.
 
+    When torch emits its structured trace (``TORCH_TRACE=DIR``, or any listener on it), the
+    outermost region writes its figures into it at exit, one artifact per Dynamo compile id and
+    a run-level summary, which ``tlparse`` lists under those compile ids
+    (:mod:`~torch_xla_ext.graph_breaks.tlparse`); ``torch_trace=False`` writes none, ``True``
+    requires a ``TORCH_TRACE`` file. With RANK set by a launcher and
+    no process group, the trace file is named by rank (``tlparse --all-ranks-html``).
+
     Example:
         >>> with graph_breaks.account() as ledger:
         ...     y = torch.compile(model, backend="openxla")(x); torch_xla.sync()
         >>> ledger.report().fx_graphs
         1
     """
-    return GraphBreakLedger(ring_capacity=ring_capacity)
+    return GraphBreakLedger(ring_capacity=ring_capacity, torch_trace=torch_trace)
 
 
 def native_ledger() -> Any:

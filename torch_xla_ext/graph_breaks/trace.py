@@ -9,6 +9,9 @@ Where the events come from (all put on one clock, microseconds from the region's
     (``CompileTime``, ``ExecuteTime``, ``TransferFromDeviceTime``; wall-clock end times, mapped
     through the region's start on both clocks);
   * the steps ``ledger.step()`` marked.
+Slices of a Dynamo compile, a bridge extraction, an XLA graph's compile and its executions carry
+``args.compile_id`` (the Dynamo compile id they belong to), so a trace processor can select them
+by compile id as tlparse groups them.
 Open the file in https://ui.perfetto.dev or chrome://tracing (both read it offline too).
 
 Example:
@@ -40,8 +43,14 @@ def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
     span_us = (t_end - t0) / 1e3
     events: list[dict[str, Any]] = []
 
+    # An XLA graph's compile id is that of the Dynamo compile whose graph the bridge partitioned.
+    hash_cid = {p["hash"]: b["compile_id"] for b in ledger._bridges.values() for p in b["partitions"]
+                if b["compile_id"] not in (None, "-")}
+
     def add(name: str, cat: str, track: str, start_ns: float, dur_ns: float, replica: int | None = None,
             **args: Any) -> None:
+        if args.get("graph_hash") in hash_cid and "compile_id" not in args:
+            args["compile_id"] = hash_cid[args["graph_hash"]]
         events.append({"name": name, "cat": cat, "track": track, "ts": round((start_ns - t0) / 1e3, 3),
                        "dur": round(max(dur_ns, 0) / 1e3, 3), "replica": replica, "args": args})
 
