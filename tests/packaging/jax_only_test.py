@@ -83,7 +83,11 @@ import numpy as np
 import torch_xla_ext
 from torch_xla_ext import export
 
-assert torch_xla_ext.__file__.startswith(sys.prefix), torch_xla_ext.__file__  # the installed wheel
+from torch_xla_ext import _ext, numerics
+
+# The installed wheel, its own shared libraries (_ext.so, libprotobuf, libtxe_*) loaded without torch.
+for mod in (torch_xla_ext, _ext):
+    assert mod.__file__.startswith(sys.prefix), mod.__file__
 spec = json.load(open(sys.argv[1]))
 out = {}
 
@@ -139,6 +143,11 @@ try:
     export.load_jax(path)
 except export.BundleVersionError as e:
     errors["window"] = str(e)
+# The torch side refuses with what is installed and what is needed.
+try:
+    export.export(None, ())
+except ImportError as e:
+    errors["torch_side"] = str(e)
 np.savez(spec["out"], **out)
 json.dump({"jax": jax.__version__, "jaxlib": importlib.metadata.version("jaxlib"),
            "window": [low, high], "errors": errors, "seconds": time.perf_counter() - t0,
@@ -241,6 +250,10 @@ def test_jax_only_venv_agrees_with_the_pinned_stack(tool, pinned, tmp_path):
     assert f"calling convention version {high + 1} is outside jax {RELEASES[tool]}'s window [{low}, {high}]" \
         in errors.get("window", ""), errors
     assert "beyond.jax_export" in errors["window"]
+    torch_side = errors.get("torch_side", "")
+    assert "torch_xla_ext.export.export needs the pinned torch stack" in torch_side, errors
+    assert "torch: not installed, needed 2.9.0" in torch_side and "torch_xla: not installed, needed 2.9.0" in torch_side
+    assert ("jax: installed" in torch_side) == (RELEASES[tool] != "0.7.1"), torch_side
     _log(f"{tool}: venv + wheel {setup:.1f} s, child {info['seconds']:.1f} s (jax {info['jax']}, jaxlib "
          f"{info['jaxlib']}); max difference / output scale: "
          + ", ".join(f"{k} {v:.2g}" for k, v in worst.items()))
