@@ -8,7 +8,8 @@ The bundles (two zoo models, vit and gpt2, and a program with an all-reduce toke
 in the project venv; the reference is the pinned stack's own execution of each export (torch_xla,
 one replica) and a float64 numpy computation of the 2-replica program (sum then max across
 replicas). Each JAX-only venv runs a child script with a timeout; torch must not be importable
-there. Bad input keeps its typed errors there too (a newer bundle format_version, an Exported
+there. The collective program is also saved there (this JAX's StableHLO version) and loaded from
+its portable artifact alone. Bad input keeps its typed errors there too (a newer bundle format_version, an Exported
 outside the running JAX's calling-convention window).
 
 The venvs are cached (python/tool_venv.py, pins in python/tool_requirements/jax_*.txt); installing
@@ -114,6 +115,14 @@ for name, case in spec["cases"].items():
     res["to_jax"] = x64_call(exp, args)
     res["load_jax"] = x64_call(export.load_jax(case["dir"]), args)  # serialized by the pinned stack
     if "replicas" in case:
+        # Written here (this JAX's StableHLO version), and read from the portable artifact alone.
+        resaved = os.path.join(spec["tmp"], name + "_resaved")
+        export.strip_tokens(b).save(resaved)
+        res["resaved"] = export.run(resaved, *args)
+        artifact_only = os.path.join(spec["tmp"], name + "_artifact")
+        shutil.copytree(case["dir"], artifact_only)
+        os.remove(os.path.join(artifact_only, "module.mlir"))
+        res["artifact"] = export.run(artifact_only, *args)
         rs = [np.load(f) for f in case["replicas"]]
         per = [tuple(r[f"a{k}"] for k in range(len(r.files))) for r in rs]
         two = export.run(b, *per, num_replicas=len(per))
@@ -237,6 +246,8 @@ def test_jax_only_venv_agrees_with_the_pinned_stack(tool, pinned, tmp_path):
             assert f"{name}/{route}/{len(want[name])}" not in got.files, (name, route)
             for k, (o, w) in enumerate(zip(outs, want[name])):
                 worst[name] = max(worst.get(name, 0.0), _assert_close(o, w, f"{tool} {name} {route} output {k}"))
+    for route in ("resaved", "artifact"):
+        _assert_close(got[f"collective/{route}/0"], want["collective"][0], f"{tool} collective {route}")
     for r in range(2):
         o = got[f"collective/replica{r}/0"]
         w = want["collective/replicas"]

@@ -40,6 +40,18 @@ def module_to_bytecode(module: Any) -> bytes:
     return jmlir.module_to_bytecode(module)
 
 
+def portable_artifact_to_text(data: bytes) -> str:
+    """The module of a StableHLO portable artifact as text. jaxlib up to 0.8 returns the text;
+    later ones return an ``ir.Module`` in the context given (one of our own here).
+    Raises RuntimeError (jaxlib's message) for bytes it cannot read."""
+    from jax.extend import mlir as jmlir
+
+    ctx = make_context()
+    with ctx:
+        out = jmlir.deserialize_portable_artifact(data)
+        return out if isinstance(out, str) else str(out)
+
+
 # ---- StableHLO versions -----------------------------------------------------------------------
 
 
