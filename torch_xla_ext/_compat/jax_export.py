@@ -14,6 +14,8 @@ import dataclasses
 import struct
 from typing import Any
 
+from torch_xla_ext.errors import UnimplementedError
+
 # Fields later JAX releases added, and their value when every sharding is unspecified: recorded
 # (True) as all None, the value JAX's own export gives an argument without a sharding.
 _NEWER_FIELDS = {
@@ -26,7 +28,7 @@ _NEWER_FIELDS = {
 def exported(**fields: Any) -> Any:
     """A ``jax.export.Exported`` of the fields JAX 0.7.1 defines, on any tested JAX release.
     A release that requires a field neither 0.7.1 nor ``_NEWER_FIELDS`` knows raises
-    NotImplementedError naming it (a new JAX whose Exported this module has not learnt yet)."""
+    UnimplementedError (a NotImplementedError) naming it (a new JAX whose Exported this module has not learnt yet)."""
     import jax.export  # a submodule `import jax` does not load in 0.7.1
 
     names = [f.name for f in dataclasses.fields(jax.export.Exported)]
@@ -37,7 +39,7 @@ def exported(**fields: Any) -> Any:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     missing = sorted(required - fields.keys())
     if missing:
-        raise NotImplementedError(f"jax {jax.__version__}: jax.export.Exported needs field(s) {missing}, which "
+        raise UnimplementedError(f"jax {jax.__version__}: jax.export.Exported needs field(s) {missing}, which "
                                   f"torch_xla_ext does not know how to fill (tested: JAX 0.7.1 to 0.10.2)")
     return jax.export.Exported(**{k: v for k, v in fields.items() if k in names})
 
