@@ -20,7 +20,8 @@ import models  # noqa: E402
 from torch_xla_ext import export  # noqa: E402
 from torch_xla_ext._compat import jax_export  # noqa: E402
 
-LOW, HIGH = jax.export.minimum_supported_calling_convention_version, jax.export.maximum_supported_calling_convention_version
+LOW = jax.export.minimum_supported_calling_convention_version
+HIGH = jax.export.maximum_supported_calling_convention_version
 
 
 @pytest.fixture(scope="module")

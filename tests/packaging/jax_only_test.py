@@ -144,7 +144,8 @@ try:
     export.load(newer)
 except export.BundleVersionError as e:
     errors["format_version"] = str(e)
-low, high = jax.export.minimum_supported_calling_convention_version, jax.export.maximum_supported_calling_convention_version
+low = jax.export.minimum_supported_calling_convention_version
+high = jax.export.maximum_supported_calling_convention_version
 beyond = dataclasses.replace(export.to_jax(export.load(case["dir"])), calling_convention_version=high + 1)
 path = os.path.join(spec["tmp"], "beyond.jax_export")
 open(path, "wb").write(beyond.serialize())

@@ -74,7 +74,8 @@ def test_torch_side_names_installed_and_needed(tmp_path):
     assert "torch: installed 2.13.0, needed 2.9.0" in r.stdout
     assert "torch_xla:" not in r.stdout  # only what does not fit is listed
     lines = r.stdout.splitlines()
-    assert lines[0] == "export.export: torch_xla_ext.export.export needs the pinned torch stack (python/requirements.txt):"
+    assert lines[0] == ("export.export: torch_xla_ext.export.export needs the pinned torch stack "
+                        "(python/requirements.txt):")
     for name in TORCH_SIDE:
         assert f"{name}: torch_xla_ext.{name} needs the pinned torch stack" in r.stdout, r.stdout
 

@@ -4,8 +4,9 @@
 ``_has_named_shardings``, ``_in_named_shardings`` and ``_out_named_shardings`` (the shardings an
 export records as NamedShardings; 0.10 serializes only Exporteds that have them). ``exported``
 builds one from the fields 0.7.1 knows and fills the newer ones for a program whose shardings are
-all unspecified (None), which is what a bundle's single-device ``main`` has. ``calling_convention_window`` is the range of ``Exported`` versions the running
-JAX can call (``jax.export``'s public bounds).
+all unspecified (None), which is what a bundle's single-device ``main`` has.
+``calling_convention_window`` is the range of ``Exported`` versions the running JAX can call
+(``jax.export``'s public bounds).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ _NEWER_FIELDS = {
 
 
 def exported(**fields: Any) -> Any:
-    """A ``jax.export.Exported`` of the fields JAX 0.7.1 defines, on any tested JAX release.
-    A release that requires a field neither 0.7.1 nor ``_NEWER_FIELDS`` knows raises
-    UnimplementedError (a NotImplementedError) naming it (a new JAX whose Exported this module has not learnt yet)."""
+    """A ``jax.export.Exported`` of the fields JAX 0.7.1 defines, on any tested JAX release. A
+    release that requires a field neither 0.7.1 nor ``_NEWER_FIELDS`` knows raises
+    UnimplementedError (a NotImplementedError) naming it: a JAX this module has not learnt yet."""
     import jax.export  # a submodule `import jax` does not load in 0.7.1
 
     names = [f.name for f in dataclasses.fields(jax.export.Exported)]
