@@ -98,3 +98,19 @@ def test_exported_fields_of_a_newer_jax_are_named(monkeypatch):
     monkeypatch.setattr(jax.export, "Exported", Newer)
     with pytest.raises(NotImplementedError, match=r"needs field\(s\) \['_future_field'\]"):
         jax_export.exported(fun_name="main", in_avals=(), out_avals=())
+
+
+def test_save_names_the_serialization_limit(saved, tmp_path, monkeypatch):
+    # A module past jax.export's 2 GiB flatbuffer (lowered here to what this one holds) is refused
+    # up front, naming the file and the limit; the rest of the bundle is still a bundle to save.
+    path, _ = saved
+    bundle = export.load(path)
+    size = len(export.to_jax(bundle).mlir_module_serialized)
+    monkeypatch.setattr(jax_export, "SERIALIZED_LIMIT", size)
+    with pytest.raises(export.BundleError) as e:
+        bundle.save(tmp_path / "big", jax_export=True)
+    assert str(e.value).startswith(f"{tmp_path / 'big' / export.JAX_EXPORT_FILE}: the module with its weights is "
+                                   f"{size} bytes; a jax.export serialization holds less than {size} bytes")
+    monkeypatch.setattr(jax_export, "SERIALIZED_LIMIT", size + 1)
+    bundle.save(tmp_path / "fits", jax_export=True)
+    assert export.load_jax(tmp_path / "fits").calling_convention_version == HIGH

@@ -45,6 +45,21 @@ def exported(**fields: Any) -> Any:
     return jax.export.Exported(**{k: v for k, v in fields.items() if k in names})
 
 
+# jax.export serializes into one flatbuffer, which cannot grow past 2 GiB (flatbuffers'
+# Builder.MAX_BUFFER_SIZE); the module with its weights inlined is most of it.
+SERIALIZED_LIMIT = 2**31
+
+
+def serialize(exp: Any, where: str) -> bytes:
+    """``exp.serialize()``; an Exported whose module alone reaches ``SERIALIZED_LIMIT`` raises
+    ValueError naming `where` and the limit before flatbuffers spends minutes finding out."""
+    size = len(exp.mlir_module_serialized)
+    if size >= SERIALIZED_LIMIT:
+        raise ValueError(f"{where}: the module with its weights is {size} bytes; a jax.export serialization "
+                         f"holds less than {SERIALIZED_LIMIT} bytes (2 GiB, flatbuffers' limit)")
+    return bytes(exp.serialize())
+
+
 def calling_convention_window() -> tuple[int, int]:
     """(minimum, maximum) calling-convention version of an ``Exported`` the running JAX can call."""
     import jax.export

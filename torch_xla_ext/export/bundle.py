@@ -54,10 +54,17 @@ class Bundle:
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         if jax_export:
+            from torch_xla_ext._compat import jax_export as _jax_export
             from torch_xla_ext.export.transforms import to_jax
 
-            with open(os.path.join(path, JAX_EXPORT_FILE), "wb") as f:
-                f.write(to_jax(self).serialize())
+            dest = os.path.join(path, JAX_EXPORT_FILE)
+            try:
+                data = _jax_export.serialize(to_jax(self), dest)
+            except ValueError as e:  # over jax.export's size limit: save without jax_export=True
+                raise BundleError(f"{e}; save without jax_export=True and call export.to_jax where it is "
+                                  f"loaded") from None
+            with open(dest, "wb") as f:
+                f.write(data)
         manifest = self.manifest
         if portable_artifact:
             version, data = portable_artifact_of(self.module_text)
