@@ -1,5 +1,12 @@
-"""The pinned stack, checked from package metadata only (importing torch here would break
-`torch_xla_ext.export.run`, which must work where torch cannot be imported)."""
+"""The pinned torch stack, checked from package metadata only, where torch or torch_xla is used.
+
+Importing ``torch_xla_ext`` (and its JAX side: ``export.load``/``run``/``strip_tokens``/
+``inline_constants``/``to_jax``) never checks: a JAX user with only ``jax[cpu]`` and the wheel
+has no torch, and any JAX from the pin (0.7.1) to the newest tested (0.10.2) reads a bundle. The
+torch side (``export.export``, ``collectives``, ``parity``, ``graph_breaks``, ``jax_call``,
+``doctor``) calls :func:`require_torch_stack` first, which raises ImportError naming every package
+whose installed version is not the pinned one.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +21,15 @@ REQUIRED = {
     "jax": "0.7.1",
     "jaxlib": "0.7.1",
 }
+# The JAX releases the JAX side is tested on (tests/packaging/jax_only_test.py): the pin and the
+# newest the registry serves for Python 3.11.
+JAX_TESTED = ("0.7.1", "0.10.2")
 
-# Set to 1 to import anyway (for example a torch_xla fork built from source at another version).
+# Set to 1 to use the torch side anyway (for example a torch_xla fork built from source at another
+# version).
 SKIP_ENV = "TORCH_XLA_EXT_SKIP_VERSION_CHECK"
+
+_checked = False
 
 
 def _release(version: str) -> str:
@@ -46,17 +59,25 @@ def mismatches() -> list[str]:
     return out
 
 
-def check() -> None:
-    """Raises ImportError naming every package whose installed version is not the pinned one."""
-    if os.environ.get(SKIP_ENV) == "1":
+def require_torch_stack(feature: str) -> None:
+    """Raises ImportError naming `feature` and every package of the pinned stack whose installed
+    version does not fit, before anything of torch is imported. Checked once per process (the
+    installed versions do not change under a running process).
+
+    Example: ``require_torch_stack("export.export")`` at the top of a torch-side function.
+    """
+    global _checked
+    if _checked or os.environ.get(SKIP_ENV) == "1":
         return
     bad = mismatches()
     if bad:
         raise ImportError(
-            "torch_xla_ext needs the pinned stack (python/requirements.txt):\n  "
+            f"torch_xla_ext.{feature} needs the pinned torch stack (python/requirements.txt):\n  "
             + "\n  ".join(bad)
-            + f"\nInstall the pins (`make setup`), or set {SKIP_ENV}=1 to import anyway."
+            + f"\nInstall the pins (`make setup`), or set {SKIP_ENV}=1 to use it anyway. The JAX side "
+            "(export.load, run, strip_tokens, inline_constants, to_jax) needs no torch."
         )
+    _checked = True
 
 
 def summary() -> str:

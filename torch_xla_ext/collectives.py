@@ -15,6 +15,10 @@ is a multiply after it, which is exactly what torch_xla's own lowering emits for
 
 from __future__ import annotations
 
+from torch_xla_ext import _versions
+
+_versions.require_torch_stack("collectives")  # before anything here imports torch
+
 import math
 from typing import Any, Sequence
 

@@ -15,6 +15,10 @@ Example:
 
 from __future__ import annotations
 
+from torch_xla_ext import _versions
+
+_versions.require_torch_stack("doctor")  # before anything here imports torch
+
 import dataclasses
 import json
 import math

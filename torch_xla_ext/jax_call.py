@@ -30,6 +30,10 @@ backward of scan/XLAPatchedLinear, Pallas kernels) here; ``uninstall()`` restore
 
 from __future__ import annotations
 
+from torch_xla_ext import _versions
+
+_versions.require_torch_stack("jax_call")  # before anything here imports torch
+
 import dataclasses
 import threading
 from typing import Any, Callable, NamedTuple

@@ -5,6 +5,7 @@ training image does, with pip resolving the stack itself."""
 
 import ast
 import importlib.metadata
+import json
 import os
 import pathlib
 import re
@@ -83,6 +84,22 @@ def test_stack_is_exact_and_the_rest_are_ranges(wheel):
         name, spec = re.match(r"([A-Za-z0-9_.-]+)([^;]*)", req).groups()
         assert _satisfies(pins[_norm(name)], spec), (req, pins[_norm(name)])
     assert not _satisfies("1.25.0", ">=1.26,<3") and not _satisfies("3.0", ">=1.26,<3")  # the check can fail
+
+
+def test_installing_into_the_pinned_image_changes_none_of_it(wheel):
+    """pip's resolver, asked what `pip install` of the wheel would do in this venv (torch 2.9.0,
+    torch_xla 2.9.0, jax 0.7.1: the image a training job has): install the wheel, nothing else.
+    --no-index keeps it offline: a requirement the installed stack does not meet cannot be met
+    from anywhere, so pip fails and the test names pip's reason."""
+    stack = {n: importlib.metadata.version(n).split("+")[0] for n in ("torch", "torch_xla", "jax", "jaxlib")}
+    assert stack == {"torch": "2.9.0", "torch_xla": "2.9.0", "jax": "0.7.1", "jaxlib": "0.7.1"}, stack
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-input",
+                           "--disable-pip-version-check", "--quiet", "--report", "-", str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"pip would change the pinned stack or cannot resolve it:\n{proc.stderr[-3000:]}"
+    report = json.loads(proc.stdout)
+    planned = {_norm(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
+    assert planned == {"torch-xla-ext": wheel.name.split("-")[1]}, planned
 
 
 def _satisfies(version: str, spec: str) -> bool:

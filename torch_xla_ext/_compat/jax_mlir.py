@@ -18,6 +18,14 @@ from typing import Any, Sequence
 import numpy as np
 
 
+def isa(value: Any, cls: type) -> bool:
+    """Whether an MLIR type or attribute is a ``cls`` (``ir.RankedTensorType``, ``ir.FloatAttr``):
+    jaxlib up to 0.8 has ``cls.isinstance(value)`` (values come back as the generic ``ir.Type``);
+    later jaxlibs return the concrete class and dropped that method, so ``isinstance`` works."""
+    check = getattr(cls, "isinstance", None)
+    return bool(check(value)) if check is not None else isinstance(value, cls)
+
+
 def make_context() -> Any:
     """A fresh MLIR context with the dialects of JAX's lowering (StableHLO, CHLO, func, Shardy)."""
     from jax._src.interpreters import mlir as jmlir
@@ -30,6 +38,18 @@ def module_to_bytecode(module: Any) -> bytes:
     from jax._src.interpreters import mlir as jmlir
 
     return jmlir.module_to_bytecode(module)
+
+
+def portable_artifact_to_text(data: bytes) -> str:
+    """The module of a StableHLO portable artifact as text. jaxlib up to 0.8 returns the text;
+    later ones return an ``ir.Module`` in the context given (one of our own here).
+    Raises RuntimeError (jaxlib's message) for bytes it cannot read."""
+    from jax.extend import mlir as jmlir
+
+    ctx = make_context()
+    with ctx:
+        out = jmlir.deserialize_portable_artifact(data)
+        return out if isinstance(out, str) else str(out)
 
 
 # ---- StableHLO versions -----------------------------------------------------------------------
@@ -89,17 +109,32 @@ def compile_replicated(client: Any, bytecode: bytes, num_replicas: int, *, optim
         raise RuntimeError(str(e)) from None
 
 
+def _place(client: Any, value: np.ndarray, device: Any) -> Any:
+    """``value`` on ``device`` with its dtype kept whatever ``jax_enable_x64`` says. jaxlib up to
+    0.8 has the client's ``buffer_from_pyval``; later ones dropped it, and their
+    ``batched_device_put`` takes ``enable_x64`` per call instead."""
+    put = getattr(client, "buffer_from_pyval", None)
+    if put is not None:
+        return put(value, device)
+    from jax._src import core
+    from jax._src.lib import xla_client as xc
+    from jax.sharding import SingleDeviceSharding
+
+    aval = core.ShapedArray(value.shape, value.dtype)
+    return xc.batched_device_put(aval, SingleDeviceSharding(device), [value], [device], True, enable_x64=True)
+
+
 def execute_replicated(client: Any, executable: Any,
                        per_replica: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
     """Runs ``executable`` with replica r's arguments ``per_replica[r]`` on device r; returns the
-    outputs per replica as numpy arrays. Arguments are placed with ``buffer_from_pyval``, which
-    keeps int64/float64 (JAX's ``device_put`` would narrow them with x64 off)."""
+    outputs per replica as numpy arrays. Arguments are placed with their dtype (``_place``; JAX's
+    ``device_put`` would narrow int64/float64 with x64 off)."""
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     n = len(per_replica)
     devices = client.devices()[:n]
-    buffers = [[client.buffer_from_pyval(a, devices[r]) for a in args] for r, args in enumerate(per_replica)]
+    buffers = [[_place(client, a, devices[r]) for a in args] for r, args in enumerate(per_replica)]
     if n == 1:
         args = buffers[0]
     else:

@@ -398,10 +398,10 @@ def _on_big_stack(fn, *args):
 
 
 def _deserialize(data: bytes, path: str) -> str:
-    from jax.extend import mlir as jmlir
+    from torch_xla_ext._compat import jax_mlir
 
     try:
-        return jmlir.deserialize_portable_artifact(data)
+        return jax_mlir.portable_artifact_to_text(data)
     except RuntimeError as e:  # jaxlib's XlaRuntimeError (INVALID_ARGUMENT: failed to deserialize)
         raise ValueError(f"{path}: not a StableHLO portable artifact ({e})") from None
 

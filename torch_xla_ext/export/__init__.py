@@ -11,23 +11,27 @@ Example:
     >>> bundle.save("/tmp/m"); outs = export.run("/tmp/m", x.numpy())
 
 One module per job: `manifest` (the calling convention and its validation, the dtype table),
-`bundle` (save/load, untrusted-input hardening), `graph` (main's value graph for the C++ analysis
-in cc/collectives/analysis.h), `exporter` (torch.export + torch_xla, names), `runner` (`run` on
-PJRT CPU devices), `transforms` (`strip_tokens`, `inline_constants`, `to_jax`). `run`, `load`,
-the transforms and `to_jax` import JAX only, never torch.
+`bundle` (save/load/load_jax, untrusted-input hardening), `graph` (main's value graph for the C++
+analysis in cc/collectives/analysis.h), `exporter` (torch.export + torch_xla, names), `runner`
+(`run` on PJRT CPU devices), `transforms` (`strip_tokens`, `inline_constants`, `to_jax`).
+
+The JAX side (`load`, `run`, the transforms, `to_jax`, `load_jax`) imports JAX only, never torch,
+and works on every JAX from the pin (0.7.1) to the newest tested (0.10.2) with only `jax[cpu]`,
+numpy, ml_dtypes, flatbuffers and this wheel installed; `export` (the torch side) checks the
+pinned torch stack when called.
 """
 
-from torch_xla_ext.export.bundle import ARTIFACT_FILE, MODULE_FILE, Bundle, load
-from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, ExportLoweringError,
-                                        RunInputError)
+from torch_xla_ext.export.bundle import ARTIFACT_FILE, JAX_EXPORT_FILE, MODULE_FILE, Bundle, load, load_jax
+from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
+                                        ExportLoweringError, RunInputError)
 from torch_xla_ext.export.exporter import ExportOptions, export
 from torch_xla_ext.export.manifest import FORMAT_VERSION, INPUT_KINDS, MANIFEST_FILE, Collective, Input, Manifest
 from torch_xla_ext.export.runner import run
 from torch_xla_ext.export.transforms import inline_constants, strip_tokens, to_jax
 
 __all__ = [
-    "ARTIFACT_FILE", "Bundle", "BundleError", "BundleFileNotFoundError", "BundleTypeError", "Collective", "ExportLoweringError",
-    "ExportOptions",
-    "FORMAT_VERSION", "INPUT_KINDS", "Input", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "RunInputError",
-    "export", "inline_constants", "load", "run", "strip_tokens", "to_jax",
+    "ARTIFACT_FILE", "Bundle", "BundleError", "BundleFileNotFoundError", "BundleTypeError", "BundleVersionError",
+    "Collective", "ExportLoweringError", "ExportOptions",
+    "FORMAT_VERSION", "INPUT_KINDS", "Input", "JAX_EXPORT_FILE", "MANIFEST_FILE", "MODULE_FILE", "Manifest",
+    "RunInputError", "export", "inline_constants", "load", "load_jax", "run", "strip_tokens", "to_jax",
 ]

@@ -11,6 +11,12 @@ class BundleError(InvalidArgumentError):
     (an MLIR dialect JAX does not register, a dynamic shape); names the file and the field."""
 
 
+class BundleVersionError(BundleError):
+    """A bundle or serialized ``jax.export`` this install cannot read: a newer bundle
+    format_version, or an Exported whose calling convention (or serialization) lies outside the
+    running JAX's window; names the file and the versions that are read here."""
+
+
 class BundleFileNotFoundError(NotFoundError):
     """A file the manifest refers to (or the manifest itself) is missing."""
 

@@ -16,6 +16,7 @@ import inspect
 import operator
 from typing import Any, Sequence
 
+from torch_xla_ext import _versions
 from torch_xla_ext._ext import collectives as _core
 from torch_xla_ext.errors import ArgumentTypeError, UnimplementedError
 from torch_xla_ext.export.bundle import Bundle, from_torch_xla
@@ -51,6 +52,7 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
         >>> [i.kind for i in b.manifest.inputs]
         ['parameter', 'parameter', 'user_input']
     """
+    _versions.require_torch_stack("export.export")
     import torch
 
     options = options or ExportOptions()

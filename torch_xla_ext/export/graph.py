@@ -94,7 +94,9 @@ def tensor_type(t, where: str = "value") -> tuple[list[int], str]:
     dynamic dimension, an unranked tensor or a non-tensor."""
     from jax.extend.mlir import ir
 
-    if not ir.RankedTensorType.isinstance(t):
+    from torch_xla_ext._compat import jax_mlir
+
+    if not jax_mlir.isa(t, ir.RankedTensorType):
         raise BundleError(f"{where}: type {t} is not a ranked tensor")
     rt = ir.RankedTensorType(t)
     if not rt.has_static_shape:
@@ -188,10 +190,12 @@ def nested_collectives(ctx, module, where: str) -> list[dict[str, str]]:
 def _splat_float(attr) -> float:
     from jax.extend.mlir import ir
 
+    from torch_xla_ext._compat import jax_mlir
+
     v = attr.get_splat_value()
-    if ir.FloatAttr.isinstance(v):
+    if jax_mlir.isa(v, ir.FloatAttr):
         return float(ir.FloatAttr(v).value)
-    if ir.IntegerAttr.isinstance(v):
+    if jax_mlir.isa(v, ir.IntegerAttr):
         return float(ir.IntegerAttr(v).value)
     raise TypeError("not a number")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from torch_xla_ext.export.errors import BundleError
+from torch_xla_ext.export.errors import BundleError, BundleVersionError
 
 FORMAT_VERSION = 2
 # Version 1 had no output names, no user-input names and no Python constants; it still loads.
@@ -168,8 +168,9 @@ class Manifest:
 
         version = need(d, "format_version", "format_version", _is_int, "an int")
         if version not in READABLE_FORMAT_VERSIONS:
-            raise BundleError(f"{where}: format_version {version} is not supported (expected one of "
-                              f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))})")
+            newer = " (written by a newer torch_xla_ext)" if version > max(READABLE_FORMAT_VERSIONS) else ""
+            raise BundleVersionError(f"{where}: format_version {version} is not supported{newer}; this "
+                                     f"torch_xla_ext reads {', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
         num_user = need(d, "num_user_inputs", "num_user_inputs", lambda v: _is_int(v) and v >= 0,
                         "a non-negative int")
         position_ok = (lambda v: _is_int(v) and 0 <= v < num_user)

@@ -148,7 +148,7 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> Any:
     import jax.export  # a submodule `import jax` does not load
     from jax.extend import mlir as jmlir
 
-    from torch_xla_ext._compat import jax_mlir
+    from torch_xla_ext._compat import jax_export, jax_mlir
 
     bundle = as_bundle(bundle)
     if not isinstance(platform, str) or not platform:
@@ -165,7 +165,7 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> Any:
     with ctx:
         code = jax_mlir.module_to_bytecode(module)
     serialized = jmlir.serialize_portable_artifact(code, jax_mlir.stablehlo_export_target_version())
-    return jax.export.Exported(
+    return jax_export.exported(
         fun_name="main",
         in_tree=jax.tree_util.tree_structure((tuple(range(len(in_avals))), {})),
         in_avals=in_avals,

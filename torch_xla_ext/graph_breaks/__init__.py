@@ -28,6 +28,10 @@ lowering writes to through ``cc/graph_breaks/hooks.h``; events from those hooks 
 appear under ``native_hooks``.
 """
 
+from torch_xla_ext import _versions
+
+_versions.require_torch_stack("graph_breaks")  # before anything here imports torch
+
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.graph_breaks.compare import Comparison, ModeResult, compare
 from torch_xla_ext.graph_breaks.example import _SINK, example, example_inputs, example_model

@@ -28,6 +28,10 @@ Example:
     ('matches', 'same', {'': 'rounding placement'})
 """
 
+from torch_xla_ext import _versions
+
+_versions.require_torch_stack("parity")  # before anything here imports torch
+
 from torch_xla_ext.parity.api import assert_parity, verify
 from torch_xla_ext.parity.capturing import Capture, capture, compare_capture, load_capture
 from torch_xla_ext.parity.errors import (
