@@ -1,14 +1,14 @@
 """The per-op error of the XLA run's program as Model Explorer node data.
 
-Writes, into one directory, the program as StableHLO text (``program.mlir``, with each op's HLO
-instruction name as its location) and ``node_data.json`` in the format of Model Explorer's
+Writes, into one directory, the program as StableHLO text (``program.mlir``, each op's HLO instruction
+name as its ``hlo.instruction`` attribute) and ``node_data.json`` in the format of Model Explorer's
 ``node_data_builder`` (``{graph id: {"name": ..., "results": {node id: {"value": v}},
 "thresholds": [...]}}``), plus ``node_names.json`` (node id -> HLO instruction, for reading the
 data by hand). Each value is an op's greatest |rounded - exact| over its result divided by the
 exact result's greatest magnitude: how far the program as XLA:CPU rounds it has drifted from its
-exact fp64 math at that op. The colour thresholds are multiples of the unit roundoff of the type
-the program rounds to (bf16: 2^-8), so ops within one rounding stay pale and the ops where the
-drift grows stand out in dark red, whatever the model.
+exact fp64 math at that op. Ops within one unit roundoff of the type the program rounds to
+(bf16: 2^-8) stay white; the colour deepens towards the worst op, and the ops within 2x of it
+are red (:func:`thresholds`).
 
 What Model Explorer's built-in MLIR adapter needs, and this module guarantees:
 
@@ -47,6 +47,7 @@ __all__ = ["ADAPTER_DIALECTS", "explorer_module_text", "node_ids", "open_command
 PROGRAM_FILE = "program.mlir"
 NODE_DATA_FILE = "node_data.json"
 NAMES_FILE = "node_names.json"
+INSTRUCTION_ATTR = "hlo.instruction"  # each op's HLO instruction name, shown among its attributes
 # The dialects Model Explorer's built-in MLIR adapter registers (measured on 0.1.34; mhlo is not one).
 ADAPTER_DIALECTS = ("arith", "builtin", "chlo", "func", "scf", "sdy", "shape", "stablehlo", "tf", "tfl", "tosa",
                     "vhlo")
@@ -54,10 +55,8 @@ ADAPTER_DIALECTS = ("arith", "builtin", "chlo", "func", "scf", "sdy", "shape", "
 _OUTPUT_DIALECTS = ("builtin", "chlo", "func", "sdy", "stablehlo")
 # Unit roundoff (half an ULP at 1) of each float type the program may round to.
 _UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 2.0 ** -24, "f64": 2.0 ** -53}
-# Threshold bands in units of the unit roundoff, and their colours (pale to dark red): within one
-# rounding, a few roundings, tens, hundreds, beyond.
-_BANDS = ((1.0, "#fff5eb"), (4.0, "#fdd0a2"), (16.0, "#fd8d3c"), (64.0, "#d94801"))
-_WORST = "#7f2704"
+# Colours of the threshold bands: within one rounding, up to 1/8 of the worst op, up to 1/2, beyond.
+_BANDS = ("#ffffff", "#fee6ce", "#fdae6b", "#e6550d")
 _BEYOND = 1e300  # JSON has no infinity; larger than any relative error
 
 
@@ -113,12 +112,31 @@ def explorer_module_text(text: str) -> str:
                 passmanager.PassManager.parse("builtin.module(hlo-legalize-to-stablehlo)").run(module.operation)
             except ir.MLIRError as e:
                 raise ReplayError(f"the program's mhlo ops do not legalize to StableHLO: {e}") from None
+        _name_ops(module.operation)
         if not module.operation.verify():
             raise ReplayError("the program does not verify after its mhlo ops were rewritten")
         foreign = sorted({n for n in _op_names(module.operation) if _dialect(n) not in _OUTPUT_DIALECTS})
         if foreign:
             raise ParityError(f"the program has ops Model Explorer's MLIR adapter cannot read: {', '.join(foreign)}")
-        return module.operation.get_asm(enable_debug_info=True, large_elements_limit=None)
+        # Without locations: the adapter makes a namespace of each op's location name, which for
+        # HLO instruction names is one group per op; the name stays an attribute of the node.
+        return module.operation.get_asm(enable_debug_info=False, large_elements_limit=None)
+
+
+def _name_ops(op: Any) -> None:
+    """Each op's HLO instruction name (its location) as its ``hlo.instruction`` attribute."""
+    from jax.extend.mlir import ir
+
+    from torch_xla_ext.parity.stablehlo import _location_name
+
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                name = _location_name(inner.location)
+                if name and inner.name not in ("func.func", "func.return"):
+                    inner.attributes[INSTRUCTION_ATTR] = ir.StringAttr.get(name)
+                _name_ops(inner)
 
 
 def _op_names(op: Any) -> set[str]:
@@ -168,19 +186,25 @@ def node_ids(text: str) -> dict[str, list[str]]:
     return out
 
 
-def thresholds(element_type: str) -> list[dict[str, Any]]:
-    """Model Explorer's ``thresholds`` for relative errors in a program that rounds to
-    ``element_type``: bands at 1, 4, 16 and 64 unit roundoffs (a value at or below a band's
-    value takes its colour), the darkest beyond.
+def thresholds(element_type: str, worst: float) -> list[dict[str, Any]]:
+    """Model Explorer's ``thresholds`` (a value at or below a band's ``value`` takes its colour)
+    for relative errors in a program that rounds to ``element_type`` and whose worst op is at
+    ``worst``: white within one unit roundoff (one rounding: nothing to see), then pale up to an
+    eighth of the worst, orange up to half of it, and red for the ops within 2x of the worst, so
+    those stand out whatever the model's error scale.
 
     Example:
-        >>> thresholds("bf16")[0]
-        {'value': 0.00390625, 'bgColor': '#fff5eb'}
+        >>> [t["bgColor"] for t in thresholds("bf16", 0.1)]
+        ['#ffffff', '#fee6ce', '#fdae6b', '#e6550d']
     """
     if element_type not in _UNIT_ROUNDOFF:
         raise ParityError(f"element_type: expected one of {sorted(_UNIT_ROUNDOFF)}, got {element_type!r}")
     u = _UNIT_ROUNDOFF[element_type]
-    return [{"value": k * u, "bgColor": c} for k, c in _BANDS] + [{"value": _BEYOND, "bgColor": _WORST}]
+    out = [{"value": u, "bgColor": _BANDS[0]}]
+    for edge, colour in ((worst / 8, _BANDS[1]), (worst / 2, _BANDS[2])):
+        if edge > out[-1]["value"]:
+            out.append({"value": edge, "bgColor": colour})
+    return out + [{"value": _BEYOND, "bgColor": _BANDS[3]}]
 
 
 def _rounding_type(program: Program) -> str:
@@ -242,7 +266,7 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
         f.write(text)
     data_path = os.path.join(directory, NODE_DATA_FILE)
     graph = {"name": f"relative error vs exact fp64 ({kind} roundings)", "results": results,
-             "thresholds": thresholds(kind)}
+             "thresholds": thresholds(kind, max((v["value"] for v in results.values()), default=0.0))}
     with open(data_path, "w") as f:
         json.dump({"main": graph}, f, indent=1)
     names_path = os.path.join(directory, NAMES_FILE)
