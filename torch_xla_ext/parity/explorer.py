@@ -16,7 +16,7 @@ What Model Explorer's built-in MLIR adapter needs, and this module guarantees:
   ``mhlo`` (``mhlo.erf`` for every exact GELU); :func:`explorer_module_text` rebuilds each as its
   CHLO or StableHLO op with jaxlib's MLIR (same operands, attributes, result types, location),
   and lowers any mhlo op with no such counterpart with jaxlib's ``hlo-legalize-to-stablehlo``
-  pass (a ``stablehlo.custom_call``);
+  pass (a ``stablehlo.custom_call``); an op that neither reaches raises ParityError naming it;
 * node ids as the adapter makes them (``src/builtin-adapter/translate_helpers.cc``): per
   function a counter over its ops in order, terminators included; a StableHLO op's own regions
   are numbered right after it, one level deep (:func:`node_ids`).
@@ -73,7 +73,7 @@ def explorer_module_text(text: str) -> str:
         >>> "mhlo." in explorer_module_text(program.text)  # doctest: +SKIP
         False
     """
-    from jax.extend.mlir import ir, passmanager
+    from jax.extend.mlir import ir
 
     ctx, module = parse(text, "the program")
     with ctx, ir.Location.unknown():
@@ -104,12 +104,10 @@ def explorer_module_text(text: str) -> str:
                 old.replace_all_uses_with(repl)
             op.erase()
         if leftover:
-            from jax._src.lib import _jax  # noqa: F401  (registers jaxlib's MLIR passes)
-            import jaxlib.mlir._mlir_libs._mlirHlo as _mhlo
+            from torch_xla_ext._compat import mhlo as _mhlo
 
-            _mhlo.register_mhlo_passes()
             try:
-                passmanager.PassManager.parse("builtin.module(hlo-legalize-to-stablehlo)").run(module.operation)
+                _mhlo.legalize_to_stablehlo(module)
             except ir.MLIRError as e:
                 raise ReplayError(f"the program's mhlo ops do not legalize to StableHLO: {e}") from None
         _name_ops(module.operation)
