@@ -7,8 +7,8 @@ name as its ``hlo.instruction`` attribute) and ``node_data.json`` in the format 
 data by hand). Each value is an op's greatest |rounded - exact| over its result divided by the
 exact result's greatest magnitude: how far the program as XLA:CPU rounds it has drifted from its
 exact fp64 math at that op. Ops within one unit roundoff of the type the program rounds to
-(bf16: 2^-8) stay white; the colour deepens towards the worst op, and the ops within 2x of it
-are red (:func:`thresholds`).
+(bf16: 2^-8) stay white; the colour deepens with the error, and the worst tenth of the ops is
+red (:func:`thresholds`).
 
 What Model Explorer's built-in MLIR adapter needs, and this module guarantees:
 
@@ -55,7 +55,7 @@ ADAPTER_DIALECTS = ("arith", "builtin", "chlo", "func", "scf", "sdy", "shape", "
 _OUTPUT_DIALECTS = ("builtin", "chlo", "func", "sdy", "stablehlo")
 # Unit roundoff (half an ULP at 1) of each float type the program may round to.
 _UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 2.0 ** -24, "f64": 2.0 ** -53}
-# Colours of the threshold bands: within one rounding, up to 1/8 of the worst op, up to 1/2, beyond.
+# Colours of the threshold bands: within one rounding, up to the 75th percentile, the 90th, beyond.
 _BANDS = ("#ffffff", "#fee6ce", "#fdae6b", "#e6550d")
 _BEYOND = 1e300  # JSON has no infinity; larger than any relative error
 
@@ -184,24 +184,27 @@ def node_ids(text: str) -> dict[str, list[str]]:
     return out
 
 
-def thresholds(element_type: str, worst: float) -> list[dict[str, Any]]:
+def thresholds(element_type: str, values: Sequence[float]) -> list[dict[str, Any]]:
     """Model Explorer's ``thresholds`` (a value at or below a band's ``value`` takes its colour)
-    for relative errors in a program that rounds to ``element_type`` and whose worst op is at
-    ``worst``: white within one unit roundoff (one rounding: nothing to see), then pale up to an
-    eighth of the worst, orange up to half of it, and red for the ops within 2x of the worst, so
-    those stand out whatever the model's error scale.
+    for the relative errors ``values`` of a program that rounds to ``element_type``: white within
+    one unit roundoff (one rounding: nothing to see), then pale up to the 75th percentile of the
+    values, orange up to the 90th, and red above: the worst tenth of the ops stands out whatever
+    the model's error scale (error accumulates, so many ops sit near the worst).
 
     Example:
-        >>> [t["bgColor"] for t in thresholds("bf16", 0.1)]
-        ['#ffffff', '#fee6ce', '#fdae6b', '#e6550d']
+        >>> [t["value"] for t in thresholds("bf16", [k / 100 for k in range(1, 11)])]
+        [0.00390625, 0.07, 0.09, 1e+300]
     """
     if element_type not in _UNIT_ROUNDOFF:
         raise ParityError(f"element_type: expected one of {sorted(_UNIT_ROUNDOFF)}, got {element_type!r}")
     u = _UNIT_ROUNDOFF[element_type]
+    above = np.asarray([v for v in values if v > u], dtype=np.float64)
     out = [{"value": u, "bgColor": _BANDS[0]}]
-    for edge, colour in ((worst / 8, _BANDS[1]), (worst / 2, _BANDS[2])):
-        if edge > out[-1]["value"]:
-            out.append({"value": edge, "bgColor": colour})
+    if above.size:
+        for q, colour in ((75, _BANDS[1]), (90, _BANDS[2])):
+            edge = float(np.percentile(above, q, method="lower"))
+            if edge > out[-1]["value"]:
+                out.append({"value": edge, "bgColor": colour})
     return out + [{"value": _BEYOND, "bgColor": _BANDS[3]}]
 
 
@@ -264,7 +267,7 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
         f.write(text)
     data_path = os.path.join(directory, NODE_DATA_FILE)
     graph = {"name": f"relative error vs exact fp64 ({kind} roundings)", "results": results,
-             "thresholds": thresholds(kind, max((v["value"] for v in results.values()), default=0.0))}
+             "thresholds": thresholds(kind, [v["value"] for v in results.values()])}
     with open(data_path, "w") as f:
         json.dump({"main": graph}, f, indent=1)
     names_path = os.path.join(directory, NAMES_FILE)
