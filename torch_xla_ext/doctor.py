@@ -234,7 +234,9 @@ def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
         model = model_fn()
         # bf16 also localises: which module's own error is beyond rounding, if any.
         localize = dt == "bf16" and isinstance(model, torch.nn.Module)
-        reports[dt] = parity.verify(model, inputs, kwargs, dtype=dt, localize=localize)
+        # bf16 also writes its program and per-op error for Model Explorer (parity/explorer.py).
+        explorer_dir = os.path.join(out_dir, "explorer") if dt == "bf16" else None
+        reports[dt] = parity.verify(model, inputs, kwargs, dtype=dt, localize=localize, explorer_dir=explorer_dir)
     md, data = [], {}
     for dt, r in reports.items():
         md += [f"### {dt}: {r.verdict.value}", "", "```", str(r), "```", ""]
@@ -244,6 +246,11 @@ def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     bf = reports["bf16"]
     if bf.modules and parity.plot_modules(bf, os.path.join(out_dir, "parity_modules.png")):
         md += ["", "![bf16 per-module errors by depth](parity_modules.png)"]
+    if os.path.isfile(os.path.join(out_dir, "explorer", "program.mlir")):
+        from torch_xla_ext.parity import explorer
+
+        md += ["", "bf16 per-op error in Model Explorer (`pip install ai-edge-model-explorer`):", "",
+               f"    {explorer.open_command(os.path.join(out_dir, 'explorer'))}"]
 
     def words(r) -> str:
         causes = sorted({o.cause for o in r.outputs if o.cause})

@@ -70,3 +70,21 @@ def test_bad_arguments_are_errors_naming_the_flag(argv, message, capsys):
     assert main(["parity", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err
+
+
+def test_explorer_prints_the_command_that_opens_it_and_markdown_html(capsys, tmp_path):
+    d = tmp_path / "explorer dir"
+    md, page = tmp_path / "r.md", tmp_path / "r.html"
+    main(["parity", "--model", "factories:mlp", "--explorer", str(d), "--markdown", str(md), "--html", str(page)])
+    out = capsys.readouterr().out
+    (cmd,) = [line for line in out.splitlines() if line.startswith("model-explorer ")]
+    import shlex
+
+    argv = shlex.split(cmd)  # the directory has a space: the command must quote it
+    assert argv[1] == str(d / "program.mlir") and argv[2] == f"--node_data_paths={d / 'node_data.json'}"
+    assert os.path.isfile(argv[1]) and os.path.isfile(d / "node_data.json")
+    report = json.loads((d / "node_data.json").read_text())
+    assert report["main"]["results"]
+    text = md.read_text()
+    assert text.startswith("# Parity: ") and "\n## Outputs\n" in text
+    assert "<h2>Outputs</h2>" in page.read_text()

@@ -66,7 +66,11 @@ def _run(args: argparse.Namespace) -> int:
         report = parity.verify(made.model, made.args, made.kwargs, dtype=args.dtype, reference=reference,
                                localize=args.localize, explorer_dir=args.explorer, **tol)
         if args.explorer:
-            progress(f"wrote the program and its per-op error for Model Explorer to {args.explorer}")
+            from torch_xla_ext.parity import explorer
+
+            progress(f"wrote the program and its per-op error for Model Explorer to {args.explorer}; open it with "
+                     f"(pip install ai-edge-model-explorer):")
+            print(explorer.open_command(args.explorer), flush=True)
     return _finish(report, args, check=True)
 
 
@@ -77,6 +81,13 @@ def _finish(report, args: argparse.Namespace, check: bool) -> int:
         with open(args.json, "w") as f:
             f.write(report.to_json(indent=2))
         progress(f"wrote {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report.to_markdown())
+        progress(f"wrote {args.markdown}")
+    if args.html:
+        parity.write_html(args.html, report)
+        progress(f"wrote {args.html}")
     if args.plot:
         if not report.modules:
             raise FactorySpecError("--plot: needs a per-module localisation (--localize or --compare-capture)")
@@ -108,9 +119,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--localize", action="store_true",
                    help="also separate every submodule's own error from what it inherited")
     p.add_argument("--plot", metavar="FILE.png", help="plot the per-module errors (with --localize)")
-    p.add_argument("--explorer", metavar="DIR", help="write the program and its per-op error for Model Explorer")
+    p.add_argument("--explorer", metavar="DIR",
+                   help="write the program and its per-op error for Model Explorer, and print the command that "
+                        "opens them")
     p.add_argument("--capture", metavar="FILE", help="only run on XLA and save the per-module capture (safetensors)")
     p.add_argument("--compare-capture", metavar="FILE",
                    help="compare a saved capture with CPU runs of the model (no XLA needed)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--markdown", metavar="FILE.md", help="also write the report as Markdown")
+    p.add_argument("--html", metavar="FILE.html", help="also write the report as a self-contained HTML page")
     p.set_defaults(func=_run)

@@ -17,7 +17,9 @@ analysis) and once exactly in fp64. Together they say which cause explains each 
 ``localize`` (or ``verify(..., localize=True)``) finds the first nn.Module whose own error is
 beyond rounding, ``capture``/``compare_capture`` do it across processes through safetensors,
 ``scan_layers`` checks torch_xla's scan_layers per layer, ``assert_parity`` is the pytest form,
-and ``write_model_explorer`` shows the per-op error in Model Explorer.
+``write_model_explorer`` shows the per-op error in Model Explorer, and ``write_html`` /
+``report.to_markdown()`` render a report (one lead sentence: verdict, cause, what to do; then
+sections outputs, rounding, per module, figures).
 
 Example:
     >>> import torch
@@ -43,6 +45,7 @@ from torch_xla_ext.parity.errors import (
     ReplayError,
 )
 from torch_xla_ext.parity.explorer import write_model_explorer
+from torch_xla_ext.parity.html import write_html
 from torch_xla_ext.parity.localization import localize, plot_modules
 from torch_xla_ext.parity.replays import Replay, replay
 from torch_xla_ext.parity.scan import scan_layers, scan_patched_linear_example
@@ -53,5 +56,6 @@ __all__ = [
     "CAUSES", "Capture", "CaptureError", "CaptureNotFoundError", "HloCaptureError", "LayerParity", "ModuleParity",
     "OutputParity", "ParityError", "ParityReport", "ParityTypeError", "Program", "Replay", "ReplayError",
     "RoundingPoint", "Verdict", "assert_parity", "capture", "compare_capture", "load_capture", "localize",
-    "plot_modules", "replay", "scan_layers", "scan_patched_linear_example", "verify", "write_model_explorer",
+    "plot_modules", "replay", "scan_layers", "scan_patched_linear_example", "verify", "write_html",
+    "write_model_explorer",
 ]

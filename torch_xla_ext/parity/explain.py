@@ -18,7 +18,8 @@ follows from the same figures, so the two never contradict each other.
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from typing import Any, Sequence
 
 from torch_xla_ext import numerics
 from torch_xla_ext.parity.report import (
@@ -31,7 +32,8 @@ from torch_xla_ext.parity.report import (
 )
 from torch_xla_ext.parity.stablehlo import RoundingPoint
 
-__all__ = ["MATH_NOISE_FRACTION", "REASSOCIATION_FACTOR", "explain", "output_cause", "same_math"]
+__all__ = ["MATH_NOISE_FRACTION", "REASSOCIATION_FACTOR", "ExplanationParts", "explain", "explain_parts", "lead",
+           "lead_sentence", "output_cause", "same_math"]
 
 # The exact replay may leave the golden by this fraction of the run's own rounding error and
 # still compute "the same math": below that, differences are constants stored in the run dtype
@@ -128,11 +130,31 @@ def _scale_words(outputs: Sequence[OutputParity]) -> str:
 
 def explain(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, points: Sequence[RoundingPoint],
             dtype: str, subject: str | None = None) -> str:
-    """The explanation of a PASS or FAIL verdict over ``outputs`` (their causes already set).
+    """The explanation of a PASS or FAIL verdict over ``outputs`` (their causes already set): the
+    lead sentence (verdict, cause, what to do; :func:`lead_sentence`), then the evidence for each
+    cause and the figures against the fp64 golden.
 
     With ``subject`` (e.g. "the stack's final output"), the first sentence describes that subject
     instead of stating the verdict (a caller whose verdict rests on more than these outputs states
     it first)."""
+    p = explain_parts(verdict, outputs, emulation, points, dtype, subject)
+    return " ".join([p.lead, *p.causes, *p.figures])
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplanationParts:
+    """The explanation in pieces, for the structured renderings: ``lead`` (one sentence),
+    ``causes`` (the evidence for each cause, one paragraph each) and ``figures`` (the errors
+    against the fp64 golden, where ULP distances mislead)."""
+
+    lead: str
+    causes: tuple[str, ...]
+    figures: tuple[str, ...]
+
+
+def explain_parts(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str,
+                  points: Sequence[RoundingPoint], dtype: str, subject: str | None = None) -> ExplanationParts:
+    """:func:`explain` in pieces."""
     total = sum(o.xla_vs_cpu.total for o in outputs)
     mism = sum(o.xla_vs_cpu.mismatched for o in outputs)
     same = sum(o.xla_vs_cpu.ulp_histogram.get("0", 0) for o in outputs)
@@ -143,13 +165,9 @@ def explain(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, p
         head = (f"On {subject}, XLA matches CPU eager within tolerances ({tol}) on all {total} elements, {same} "
                 f"bit-identical." if not failing else
                 f"On {subject}, {mism}/{total} elements mismatch CPU eager ({tol}).")
-    elif verdict == Verdict.PASS:
-        head = (f"PASS: XLA matches CPU eager within tolerances ({tol}) on all {total} elements of "
-                f"{len(outputs)} output(s) in {dtype}, {same} of them bit-identical.")
     else:
-        head = (f"FAIL: {mism}/{total} elements mismatch CPU eager ({tol}), in output(s) {_names(failing)}, "
-                f"in {dtype}.")
-    parts = [head]
+        head = lead_sentence(verdict, outputs, emulation, dtype)
+    parts: list[str] = []
     differing = [o for o in outputs if o.cause is not None]
     if emulation.startswith("unavailable"):
         why = emulation.removeprefix("unavailable: ")
@@ -217,13 +235,97 @@ def explain(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, p
         parts.append(f"No cause is established for output(s) {_names(by_cause[UNEXPLAINED])}.")
     if verdict == Verdict.PASS and emulation == "matches" and not differing:
         parts.append("XLA also equals the rounded replay of its program bit for bit.")
-    parts.append(_golden(outputs) + _scale_words(outputs))
+    figures = [_golden(outputs) + _scale_words(outputs)]
     if verdict == Verdict.FAIL and set(by_cause) <= {ROUNDING_PLACEMENT, REASSOCIATION}:
-        w = max(outputs, key=lambda o: o.xla_error)
-        parts.append(f"To test this program, compare against the rounded replay (exact) or against the fp64 golden "
-                     f"with a tolerance of about {_fmt(2 * w.xla_error)}; loosening the CPU tolerance hides the "
-                     f"cause and would also hide a real bug.")
-    return " ".join(parts)
+        figures.append("Loosening the CPU tolerance instead hides the cause and would also hide a real bug.")
+    return ExplanationParts(head, tuple(parts), tuple(figures))
+
+
+# Most severe first: the cause the lead sentence names when outputs differ for several.
+_SEVERITY = (REAL_DIFFERENCE, UNEXPLAINED, REASSOCIATION, ROUNDING_PLACEMENT)
+
+
+def _advice(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, dtype: str) -> str:
+    """The cause and what to do, as the second half of the lead sentence."""
+    differing = [o for o in outputs if o.cause is not None]
+    if not differing:
+        return "nothing to do" if verdict == Verdict.PASS else "no output differs from CPU eager bit for bit"
+    causes = [c for c in _SEVERITY if any(o.cause == c for o in differing)]
+    w = max(outputs, key=lambda o: o.xla_error)
+    tol = _fmt(2 * max(w.xla_error, w.cpu_error))
+    if causes[0] == REAL_DIFFERENCE:
+        real = [o for o in differing if o.cause == REAL_DIFFERENCE]
+        if any(o.same_math is False for o in real):
+            return (f"the cause is a real difference in {_names(real, 4)}: the program XLA ran is not the reference's "
+                    f"math; find the op in report.hlo_text or localise it with verify(..., localize=True)")
+        return (f"the cause is a real difference in {_names(real, 4)}: XLA does not execute its program as "
+                f"XLA:CPU's roundings predict; bisect the function or localise it with verify(..., localize=True)")
+    if causes[0] == UNEXPLAINED:
+        why = emulation.removeprefix("unavailable: ") if emulation.startswith("unavailable") else "no replay"
+        return (f"no cause is established ({why}); rerun with the replays (emulate=True) to tell rounding from a "
+                f"real difference")
+    named = " and ".join(causes)
+    if verdict == Verdict.PASS:
+        return f"the remaining differences are {named}, so nothing to do"
+    if causes == [REASSOCIATION]:
+        return (f"the cause is reassociation (the same math in another order), not a bug: compare against the fp64 "
+                f"golden with a tolerance of about {tol} instead of CPU eager")
+    return (f"the cause is {named} (XLA rounds to {_DTYPE_WORDS.get(dtype, dtype)} in other "
+            f"places than CPU eager), not a bug: compare against the rounded replay (exactly) or the fp64 golden with "
+            f"a tolerance of about {tol} instead of CPU eager")
+
+
+_DTYPE_WORDS = {"torch.bfloat16": "bf16", "bfloat16": "bf16", "torch.float16": "f16", "float16": "f16"}
+
+
+def lead_sentence(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, dtype: str) -> str:
+    """One sentence: the verdict, the cause, what to do. Example: "FAIL: 5/7680 elements mismatch
+    CPU eager (rtol=0.016, atol=1e-05) in output(s) <root>, in bfloat16; the cause is rounding
+    placement (...), not a bug: compare against the rounded replay (exactly) or the fp64 golden
+    with a tolerance of about 0.0123 instead of CPU eager."."""
+    if not outputs:
+        return f"{verdict.value}: no floating-point output was compared."
+    total = sum(o.xla_vs_cpu.total for o in outputs)
+    mism = sum(o.xla_vs_cpu.mismatched for o in outputs)
+    same = sum(o.xla_vs_cpu.ulp_histogram.get("0", 0) for o in outputs)
+    failing = [o for o in outputs if not o.xla_vs_cpu.passed]
+    r0 = (failing or list(outputs))[0].xla_vs_cpu
+    tol = f"rtol={r0.rtol:g}, atol={r0.atol:g}"
+    if verdict == Verdict.PASS:
+        head = (f"PASS: XLA matches CPU eager within tolerances ({tol}) on all {total} elements of {len(outputs)} "
+                f"output(s) in {dtype}, {same} of them bit-identical")
+    else:
+        head = f"FAIL: {mism}/{total} elements mismatch CPU eager ({tol}) in output(s) {_names(failing)}, in {dtype}"
+    return f"{head}; {_advice(verdict, outputs, emulation, dtype)}."
+
+
+def lead(report: Any) -> str:
+    """The one sentence a report leads with (verdict, cause, what to do), from its figures: the
+    outputs' verdict, then the first divergent layer or module when the report localises.
+
+    Example:
+        >>> lead(report)  # doctest: +SKIP
+        'PASS: XLA matches CPU eager within tolerances (...); nothing to do.'
+    """
+    v = report.verdict
+    if v == Verdict.EXCEPTION:
+        first = (report.exception or "an exception").splitlines()[0]
+        return (f"EXCEPTION: the {report.stage or 'XLA'} run raised {first}; nothing was compared: fix the exception "
+                f"(report.exception) and rerun.")
+    if v == Verdict.NONDETERMINISTIC_REFERENCE:
+        path = report.nondeterminism[0] if report.nondeterminism else ""
+        return (f"NONDETERMINISTIC_REFERENCE: two CPU eager runs of the reference differ on output {path or '<root>'}, "
+                f"so CPU eager cannot judge XLA: make the reference deterministic and rerun.")
+    if report.layers and report.first_divergent_layer is not None:
+        l = report.layers[report.first_divergent_layer]
+        cause = "the scan lowering changes it" if not l.scan_vs_loop.passed else (l.cause or "a real difference")
+        return (f"{v.value}: layer {l.index} of {len(report.layers)} is the first divergent layer ({cause}); start "
+                f"looking there (report.layers).")
+    text = lead_sentence(v, report.outputs, report.emulation, report.dtype)
+    if report.first_divergent_module:
+        text = (text[:-1] + f"; the first divergent module is {report.first_divergent_module}, start there "
+                f"(report.module_table()).")
+    return text
 
 
 def _narrow_type(points: Sequence[RoundingPoint]) -> str:

@@ -1,4 +1,8 @@
-"""The report types of parity: the verdict, per-output, per-layer and per-module findings."""
+"""The report types of parity: the verdict, per-output, per-layer and per-module findings.
+
+``str(report)``, ``report.to_markdown()``, ``report.to_dict()`` (``summary`` and ``sections``
+next to every figure) and :mod:`torch_xla_ext.parity.html` render the same document
+(:mod:`torch_xla_ext.parity.document`): one lead sentence, then structured sections."""
 
 from __future__ import annotations
 
@@ -219,6 +223,11 @@ class ParityReport:
         }
         if self.nondeterminism:
             d["nondeterminism"] = {"path": self.nondeterminism[0], "report": self.nondeterminism[1].to_dict()}
+        from torch_xla_ext.parity import document
+
+        # The lead sentence and the sections as the text, Markdown and HTML renderings show them.
+        d["summary"] = document.lead(self)
+        d["sections"] = [sec.to_dict() for sec in document.sections(self)]
         return d
 
     def to_json(self, **kwargs: Any) -> str:
@@ -241,39 +250,14 @@ class ParityReport:
                    ("  diverges" if m.diverges else "")))
         return "\n".join(lines)
 
+    def to_markdown(self) -> str:
+        """The report as Markdown: the lead sentence (verdict, cause, what to do), then the
+        sections outputs, rounding, per layer/module, figures (:mod:`torch_xla_ext.parity.document`)."""
+        from torch_xla_ext.parity import document
+
+        return document.to_markdown(self)
+
     def __str__(self) -> str:
-        lines = [f"Parity verdict: {self.verdict.value} ({self.dtype})", "", self.explanation]
-        for o in self.outputs:
-            r = o.xla_vs_cpu
-            lines += [
-                "",
-                f"output {o.path or '<root>'} {list(r.shape)}: {o.cause or 'bit-identical to CPU eager'}",
-                f"  XLA vs CPU eager: {r.mismatched}/{r.total} mismatched (rtol={r.rtol:g}, atol={r.atol:g}), "
-                f"{r.ulp_histogram.get('0', 0)}/{r.total} bit-identical, max ULP {r.max_ulp} at an element of "
-                f"magnitude {o.max_ulp_magnitude:.3g}; greatest difference {o.max_diff_to_scale:.3g} of the "
-                f"output's scale {o.scale:.3g}"
-                + (f"; above 1e-3 of the scale, max ULP {o.significant.max_ulp}" if o.significant else ""),
-                f"  vs fp64 golden: XLA max {o.xla_error:.3g} (mean {o.xla_mean_error:.3g}), "
-                f"CPU max {o.cpu_error:.3g} (mean {o.cpu_mean_error:.3g}); closer: {o.closer}",
-            ]
-            if o.emulated is not None:
-                e = o.emulated
-                lines.append(f"  XLA vs rounded replay: {e.total - e.mismatched}/{e.total} bit-identical"
-                             + (f"; replay's max error vs fp64 {o.emulated_error:.3g}"
-                                if o.emulated_error is not None else ""))
-            if o.unrounded is not None:
-                words = {True: "same math", False: "different math", None: "unknown"}[o.same_math]
-                lines.append(f"  exact fp64 replay vs fp64 golden: {o.unrounded.mismatched}/{o.unrounded.total} "
-                             f"mismatched at fp64 tolerances, max error {o.unrounded_error:.3g} ({words})")
-        if self.layers:
-            lines += ["", "layer  scan==loop  XLA vs CPU mismatched  XLA err    CPU err"]
-            for l in self.layers:
-                lines.append(
-                    f"{l.index:5d}  {'yes' if l.scan_vs_loop.passed else 'NO':>10}  "
-                    f"{l.xla_vs_cpu.mismatched:>9}/{l.xla_vs_cpu.total:<10}  {l.xla_error:<9.3g}  {l.cpu_error:.3g}"
-                    + (f"   ({l.cause})" if l.cause else "")
-                    + ("   <- first divergent" if l.index == self.first_divergent_layer else ""))
-        if self.modules:
-            lines += ["", "per module (errors vs fp64; own = the module on the inputs XLA gave it):",
-                      self.module_table()]
-        return "\n".join(lines)
+        from torch_xla_ext.parity import document
+
+        return document.to_text(self)
