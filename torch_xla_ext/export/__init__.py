@@ -19,14 +19,14 @@ the transforms and `to_jax` import JAX only, never torch.
 
 from torch_xla_ext.export.bundle import ARTIFACT_FILE, MODULE_FILE, Bundle, load
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, ExportLoweringError,
-                                        RunInputError)
+                                        RunInputError, WeightsTooLargeError)
 from torch_xla_ext.export.exporter import ExportOptions, export
 from torch_xla_ext.export.manifest import FORMAT_VERSION, INPUT_KINDS, MANIFEST_FILE, Collective, Input, Manifest
 from torch_xla_ext.export.runner import run
-from torch_xla_ext.export.transforms import inline_constants, strip_tokens, to_jax
+from torch_xla_ext.export.transforms import JaxExport, inline_constants, load_jax, strip_tokens, to_jax
 
 __all__ = [
-    "ARTIFACT_FILE", "Bundle", "BundleError", "BundleFileNotFoundError", "BundleTypeError", "Collective", "ExportLoweringError",
+    "ARTIFACT_FILE", "Bundle", "JaxExport", "WeightsTooLargeError", "load_jax", "BundleError", "BundleFileNotFoundError", "BundleTypeError", "Collective", "ExportLoweringError",
     "ExportOptions",
     "FORMAT_VERSION", "INPUT_KINDS", "Input", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "RunInputError",
     "export", "inline_constants", "load", "run", "strip_tokens", "to_jax",

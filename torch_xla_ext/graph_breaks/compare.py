@@ -187,8 +187,7 @@ def compare(model: str | Callable[[], Any], *, modes: Sequence[str] = MODES, tra
 def _run_worker(cmd: list[str], mode: str, out_path: str, timeout_s: float,
                 progress: Callable[[str], None] | None) -> dict[str, Any]:
     """Runs one worker; its stderr is read on a thread so the timeout can fire while it runs."""
-    env = dict(os.environ)
-    env.setdefault("PJRT_DEVICE", "CPU")
+    env = dict(os.environ)  # the worker runs on the device the user's environment selects
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     err_lines: list[str] = []
