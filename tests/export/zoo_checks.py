@@ -4,7 +4,7 @@ fixture), checked against independent oracles:
 
 - torch_xla's execution of the same export (StableHLOGraphModule) for `run` and for `to_jax`
   after a save/load round trip (jax.export's format + safetensors): within the summation-order
-  bound below (ORDER_TOLERANCE), with bit-equality reported as a figure;
+  bound of bounds.py (ORDER_TOLERANCE), with bit-equality reported as a figure;
 - torch.export's own graph signature of the model (a separate torch.export.export with the
   keyword inputs as keywords) for what each argument of `main` is, by name;
 - the eager model's output flattened by torch.utils._pytree for the outputs' names, order,
@@ -22,25 +22,10 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
+import bounds
 from tests import zoo
-from torch_xla_ext import export, numerics
+from torch_xla_ext import export
 from torch_xla_ext._compat import stablehlo as compat
-
-# JAX (jaxlib's XLA) and torch_xla (its own XLA build) compile the same StableHLO: the same float32
-# operations, rounded at the same points. What may differ is the order in which each build's Eigen
-# kernels sum a contraction (dot, convolution, reduction): the blocking depends on the build and
-# on the CPU (docs/export.md, "Bit-equality"), so the bit patterns are not part of the contract.
-# Reordering a float32 sum of K terms moves it by at most about K*eps*sum|terms| and typically by
-# sqrt(K)*eps*|sum|; through a network of normalised layers that stays a small multiple of eps
-# relative to the output's scale (its greatest magnitude). So: every element within
-# ORDER_TOLERANCE * eps32 * scale of torch_xla's (2**8 eps: room for sqrt(K) <= 64 and the depth of
-# the zoo, still ~4e-5 of the scale, where any change of math - another weight, a dropped op -
-# moves outputs by O(1) of it). Measured on the first machine: 0 ULP everywhere; on another EPYC
-# mobilenet_v3 moved by 72 ULP = 1.2e-16 on logits of scale ~1e-10 (~1e-6 of the scale). Integer
-# outputs have no summation order: equal. Bit-equality is reported (FIGURES), not asserted.
-ORDER_TOLERANCE = 2**8
-FIGURES = "export_zoo_figures.jsonl"
-
 
 @dataclasses.dataclass
 class Case:
@@ -69,41 +54,8 @@ def build_case(name: str, tmp_dir: str) -> Case:
 
 
 def assert_within_bound(name: str, got: list, want: list, what: str) -> dict:
-    """Asserts the bound above on every output; returns (and writes to FIGURES under Bazel's
-    undeclared outputs, or prints) the figures: bit-equal elements, max ULP, max |diff| / scale."""
-    assert len(got) == len(want), f"{what}: {len(got)} outputs, torch_xla has {len(want)}"
-    eps = float(np.finfo(np.float32).eps)
-    figures = {"model": name, "what": what, "elements": 0, "bit_equal": 0, "max_ulp": 0, "max_diff_to_scale": 0.0}
-    for k, (g, w) in enumerate(zip(got, want)):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.dtype == w.dtype and g.shape == w.shape, f"{what}: output {k} is {g.dtype}{g.shape}, torch_xla's {w.dtype}{w.shape}"
-        if g.dtype.kind == "f":
-            report = numerics.compare(g, w, rtol=0, atol=0)
-            scale = float(np.abs(w.astype(np.float64)).max(initial=0.0))
-            diff = float(np.abs(g.astype(np.float64) - w).max(initial=0.0))
-            tol = ORDER_TOLERANCE * float(np.finfo(g.dtype).eps if g.dtype.itemsize >= 4 else eps) * scale
-            assert np.isfinite(g).all() == np.isfinite(w).all() and diff <= tol, (
-                f"{what}: output {k} differs by {diff:.3g} > {ORDER_TOLERANCE} eps x scale {scale:.3g} = {tol:.3g}\n{report}")
-            figures["bit_equal"] += report.total - report.mismatched
-            figures["max_ulp"] = max(figures["max_ulp"], report.max_ulp)
-            figures["max_diff_to_scale"] = max(figures["max_diff_to_scale"], diff / scale if scale else 0.0)
-        else:
-            np.testing.assert_array_equal(g, w, err_msg=f"{what}: output {k}")
-            figures["bit_equal"] += g.size
-        figures["elements"] += g.size
-    _report(figures)
-    return figures
-
-
-def _report(figures: dict) -> None:
-    import json
-
-    line = json.dumps(figures)
-    print(line)
-    out = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
-    if out:
-        with open(os.path.join(out, FIGURES), "a") as f:
-            f.write(line + "\n")
+    """The summation-order bound of bounds.py (bit-equality is a reported figure)."""
+    return bounds.assert_same_program(got, want, what, label=name)
 
 
 def check_run(case: Case) -> None:

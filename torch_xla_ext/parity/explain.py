@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from torch_xla_ext import numerics
+from torch_xla_ext import _device, numerics
 from torch_xla_ext.parity.report import (
     REAL_DIFFERENCE,
     REASSOCIATION,
@@ -223,7 +223,17 @@ def explain(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, p
         parts.append(f"To test this program, compare against the rounded replay (exact) or against the fp64 golden "
                      f"with a tolerance of about {_fmt(2 * w.xla_error)}; loosening the CPU tolerance hides the "
                      f"cause and would also hide a real bug.")
-    return " ".join(parts)
+    parts.append(device_caveat())
+    return " ".join(p for p in parts if p)
+
+
+def device_caveat(device: str | None = None) -> str:
+    """The one sentence a report made on another device than XLA:CPU carries ("" on the CPU)."""
+    device = device or _device.current()
+    if _device.is_cpu(device):
+        return ""
+    return (f"XLA ran on {device}: the rounding rules this explanation applies are XLA:CPU's, and its cause "
+            f"attribution is not verified on {device}.")
 
 
 def _narrow_type(points: Sequence[RoundingPoint]) -> str:
