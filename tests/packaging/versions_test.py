@@ -15,7 +15,8 @@ def _run(code: str, extra_path: str | None = None, env_extra: dict | None = None
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (extra_path, PKG_PARENT) if p))
     env.pop("TORCH_XLA_EXT_SKIP_VERSION_CHECK", None)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=300)
 
 
 def _fake_dist(tmp_path, name: str, version: str) -> str:

@@ -4,6 +4,9 @@ fp32 stays exact. The device count must be set before torch_xla starts its runti
 
 import os
 
+# tests/conftest.py runs this file in a pytest process of its own (Bazel gives every file one).
+OWN_PROCESS = "sets CPU_NUM_DEVICES before torch_xla starts and turns SPMD on at import (xr.use_spmd())"
+
 os.environ["CPU_NUM_DEVICES"] = "4"
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
