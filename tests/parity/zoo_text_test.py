@@ -1,5 +1,5 @@
 """verify() on the zoo's transformers models with keyword inputs and ModelOutput outputs (GPT-2,
-BERT, CLIP): bf16 verdicts explained by fp64 figures with the rounded replay bit-identical to
+BERT, CLIP): bf16 verdicts explained by fp64 figures with the rounded replay as close to fp64 as
 XLA; outputs named by pytree path; fp32 mismatches reported relative to the output's scale."""
 
 import os
