@@ -20,7 +20,7 @@ import numpy as np
 
 from torch_xla_ext.export import graph
 from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
-from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError, WeightsTooLargeError
+from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError, RunInputError, WeightsTooLargeError
 from torch_xla_ext.export.manifest import MLIR_TYPES, dtype_name, is_python_constant, np_dtype
 
 _INNER = "_txe_main_inner"
@@ -192,7 +192,7 @@ class JaxExport:
         position order. Inside ``jax.jit`` call ``exported.call(*weights, *user_inputs)`` with the
         weights as arguments of the jitted function: closed over, JAX would make them constants."""
         if len(user_inputs) != len(self.in_avals):
-            raise BundleError(f"user_inputs: expected {len(self.in_avals)} tensor user inputs, got {len(user_inputs)}")
+            raise RunInputError(f"user_inputs: expected {len(self.in_avals)} tensor user inputs, got {len(user_inputs)}")
         return self.exported.call(*self.weights, *user_inputs)
 
     def save(self, path: str | os.PathLike) -> None:
