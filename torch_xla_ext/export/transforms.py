@@ -158,6 +158,7 @@ _NARROWED_INLINE_BYTES = 2**20
 EXPORTED_FILE = "exported.jax"          # jax.export.serialize of JaxExport.exported
 WEIGHTS_FILE = "weights.safetensors"    # its bound arrays, in argument order
 _FORMAT = "torch_xla_ext.jax_export/1"
+_MAX_ARGUMENTS = 2**16 - 1  # jax.export's serialization writes module_kept_var_idx as uint16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,6 +305,11 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
     weights = tuple(np.asarray(lean.arrays[i.file]) for i in bound)
     in_avals = tuple(jax.core.ShapedArray(w.shape, w.dtype) for w in weights) + tuple(
         jax.core.ShapedArray(tuple(u["shape"]), np_dtype(u["dtype"])) for u in tensors)
+    if len(in_avals) > _MAX_ARGUMENTS:
+        raise WeightsTooLargeError(
+            f"to_jax: {len(bound)} weight arrays and {len(tensors)} user inputs exceed jax.export's "
+            f"{_MAX_ARGUMENTS} arguments (its flatbuffer stores module_kept_var_idx as uint16); run the bundle "
+            f"with export.run, which has no such limit")
     kept = tuple(range(len(bound))) + tuple(len(bound) + k for k, u in enumerate(tensors) if u["used"])
     out_avals = tuple(jax.core.ShapedArray(tuple(o["shape"]), np_dtype(o["dtype"])) for o in m.outputs)
     ctx, module = graph.parse(lean.module_text, MODULE_FILE)
