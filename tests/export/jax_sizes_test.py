@@ -110,3 +110,34 @@ def test_load_jax_names_the_file_it_cannot_read(small_and_large, tmp_path):
     os.replace(tmp_path / "other" / transforms.WEIGHTS_FILE, path / transforms.WEIGHTS_FILE)
     with pytest.raises(export.BundleError, match=r"weights.safetensors: tensor '.*' is float32\[.*\], but exported.jax argument"):
         export.load_jax(path)
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return (x * self.w).sum(),
+
+
+def test_weights_past_the_2gib_flatbuffer_limit_take_the_arrays_route():
+    """A cheap construction of a program with 2.25 GiB of weights: the export of an 8-element
+    model with its shapes widened in the module and the manifest, the weight a broadcast view
+    (nbytes 2.25 GiB, 4 bytes of memory). to_jax neither copies nor serializes it; the text
+    route refuses it by name."""
+    import dataclasses
+
+    bundle = export.export(_Scale(), (torch.randn(8),))
+    n = 9 * 2**26  # float32: 2.25 GiB, past jax.export.serialize's 2 GiB flatbuffer
+    text = bundle.module_text.replace("tensor<8xf32>", f"tensor<{n}xf32>")
+    inputs = [dataclasses.replace(i, shape=[n]) for i in bundle.manifest.inputs]
+    (w,) = [i for i in inputs if i.kind == "parameter"]
+    huge = np.broadcast_to(np.float32(0.5), (n,))
+    big = export.Bundle(text, dataclasses.replace(bundle.manifest, inputs=inputs), {w.file: huge})
+    exp = export.to_jax(big)
+    assert exp.weights[0] is huge  # bound as the array it is: no copy, no text
+    assert [tuple(a.shape) for a in exp.exported.in_avals] == [(n,), (n,)]
+    assert len(exp.exported.serialize()) < 2**16  # the program alone goes into jax's flatbuffer
+    with pytest.raises(export.WeightsTooLargeError, match=r"2415919104 bytes .* INLINE_LIMIT_BYTES"):
+        export.inline_constants(big, weights=True)
