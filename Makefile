@@ -19,7 +19,7 @@ develop: setup
 	@install -m 755 bazel-bin/torch_xla_ext/_ext.so torch_xla_ext/_ext$(EXT_SUFFIX)
 
 example: develop
-	@PJRT_DEVICE=CPU $(PY) -m torch_xla_ext doctor --out doctor-report
+	@PJRT_DEVICE=$${PJRT_DEVICE:-CPU} $(PY) -m torch_xla_ext doctor --out doctor-report
 
 test: setup
 	@python/run_tests.sh
@@ -28,7 +28,7 @@ wheel: setup
 	@$(PY) -m pip wheel --no-deps . -w dist/
 
 bench: develop
-	@for b in bench/*_bench.py; do PYTHONPATH=$(CURDIR) PJRT_DEVICE=CPU $(PY) $$b || exit 1; done
+	@for b in bench/*_bench.py; do PYTHONPATH=$(CURDIR) PJRT_DEVICE=$${PJRT_DEVICE:-CPU} $(PY) $$b || exit 1; done
 
 # The type stub of the extension module, regenerated from the built module (after a binding
 # changes); tests/packaging/stubs_test.py fails until the checked-in stub matches.

@@ -100,7 +100,8 @@ def _report(scenario: str, log2n: int, repeat: int) -> None:
         print(f"[bench] {scenario}: {m} on 2^{log2n} float32 pairs ...", file=sys.stderr, flush=True)
         out = subprocess.run([sys.executable, __file__, "--child", m, "--log2n", str(log2n), "--repeat", str(repeat),
                               "--scenario", scenario],
-                             check=True, capture_output=True, text=True, env=dict(os.environ, PJRT_DEVICE="CPU"))
+                             check=True, capture_output=True, text=True, env=dict(os.environ, PJRT_DEVICE="CPU"),
+                             timeout=1800)
         results[m] = json.loads(out.stdout.strip().splitlines()[-1])
     anchor = results[METHODS[0]]
     print(f"numerics_bench [{scenario}]: 2^{log2n} float32 pairs, 16 planted mismatches, best of {repeat}, {os.cpu_count()} cores")

@@ -98,7 +98,7 @@ def _run_worker(name: str, size: str | None) -> dict:
     env = dict(os.environ, PJRT_DEVICE="CPU")
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, __file__, "--worker", name] + (["--size", size] if size else [])
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"{name} {size or ''}: worker failed\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -24,6 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _CHILD = "TXE_PYTEST_OWN_PROCESS"  # set in the child to the file it runs
 _DECLARES = re.compile(r"^OWN_PROCESS\s*=", re.MULTILINE)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OWN_PROCESS_TIMEOUT_S = 1800  # a whole test file; Bazel's own timeouts for the same files are shorter
 
 
 def pytest_pycollect_makemodule(module_path, parent):
@@ -53,7 +54,11 @@ class OwnProcessItem(pytest.Item):
     def runtest(self) -> None:
         env = dict(os.environ, **{_CHILD: str(self.path)})
         cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", str(self.path)]
-        proc = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True)
+        try:
+            proc = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True, timeout=OWN_PROCESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired as e:
+            raise OwnProcessFailed(f"{' '.join(cmd)} gave no result within {OWN_PROCESS_TIMEOUT_S} s\n"
+                                   f"--- stdout (tail) ---\n{(e.stdout or b'')[-6000:]!r}") from None
         if proc.returncode != 0:  # failures, errors, or no test run at all (5)
             raise OwnProcessFailed(
                 f"{' '.join(cmd)} exited with {proc.returncode}\n--- stdout (tail) ---\n{proc.stdout[-6000:]}\n"

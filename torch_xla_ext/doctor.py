@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_xla_ext import collectives, jax_call
-from torch_xla_ext import _factory, _plot
+from torch_xla_ext import _device, _factory, _plot
 from torch_xla_ext.errors import TorchXlaExtError
 from torch_xla_ext.graph_breaks import _SINK  # where the block's print goes (a break whatever its file)
 
@@ -181,7 +181,7 @@ class DoctorReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "ok": self.ok, "files": self.files, "plots_skipped": self.plots_skipped,
+        return {"model": self.model, "device": _device.current(), "ok": self.ok, "files": self.files, "plots_skipped": self.plots_skipped,
                 "sections": {s.name: {"ok": s.ok, "summary": s.summary, "seconds": round(s.seconds, 3), **s.data}
                              for s in self.sections}}
 
@@ -189,7 +189,8 @@ class DoctorReport:
         return json.dumps(self.to_dict(), allow_nan=False, **kwargs)  # strict JSON: see _json_safe
 
     def to_markdown(self) -> str:
-        out = [f"# torch-xla-ext doctor: {self.model}", "", "| section | status | finding |", "|---|---|---|"]
+        out = [f"# torch-xla-ext doctor: {self.model}", "", f"Ran on XLA:{_device.current()}.", "",
+               "| section | status | finding |", "|---|---|---|"]
         out += [f"| {s.name} | {'ok' if s.ok else 'error'} | {s.summary} |" for s in self.sections]
         if self.plots_skipped:
             out += ["", "Plots skipped (every number above is still computed):", ""]

@@ -119,7 +119,7 @@ ROWS = [
     Row("export.load_jax missing", lambda: export().load_jax("/nonexistent/bundle"), NotFoundError, FileNotFoundError,
         "/nonexistent/bundle: missing"),
     Row("export.load_jax path", lambda: export().load_jax(3), ArgumentTypeError, TypeError,
-        "path: expected a serialized jax.export file"),
+        "path: expected a directory written by JaxExport.save"),
     # ---- collectives ----
     Row("collectives.all_reduce reduce_type", lambda: collectives().all_reduce("median", _xla(2)),
         InvalidArgumentError, ValueError, "reduce_type: 'median'"),

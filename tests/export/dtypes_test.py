@@ -3,6 +3,9 @@ narrowed, with JAX's x64 mode off), int32, bool, complex64 buffers and outputs, 
 a Python float, keyword tensors, and a dict return value; through export -> save -> load -> run
 and to_jax, against torch_xla's execution of the same export and numpy's exact int64."""
 
+import os
+import sys
+
 import jax
 import jax.export
 import numpy as np
@@ -10,6 +13,9 @@ import pytest
 import torch
 
 from torch_xla_ext import export
+
+sys.path.insert(0, os.path.dirname(__file__))
+import bounds  # noqa: E402
 from torch_xla_ext._compat import stablehlo as compat
 
 BIG = [2**40 + 7, -(2**35) - 3]
@@ -98,13 +104,14 @@ def test_python_constant_and_dtype_checks(mixed):
         export.run(loaded, *other)
 
 
-def test_to_jax_keeps_int64_and_complex(mixed):
+def test_to_jax_keeps_int64_and_complex(mixed, tmp_path):
     _, _, _, _, loaded, leaves, theirs = mixed
-    exp = jax.export.deserialize(export.to_jax(loaded).serialize())
+    export.to_jax(loaded).save(tmp_path / "m.jax")
+    exp = export.load_jax(tmp_path / "m.jax")
     tensors = [x for x in leaves if isinstance(x, np.ndarray)]  # the Python constant is baked in
     assert [str(a.dtype) for a in exp.in_avals] == ["int64", "float32", "float32", "bool", "int32"]
     assert [str(a.dtype) for a in exp.out_avals] == ["int64", "float32", "complex64"]
     with jax.experimental.enable_x64():
         got = exp.call(*tensors)
-    for g, t in zip(got, theirs):
-        np.testing.assert_array_equal(np.asarray(g), t)
+    # the same program on JAX's XLA and torch_xla's: the summation-order bound (bounds.py)
+    bounds.assert_same_program([np.asarray(g) for g in got], theirs, "to_jax vs torch_xla")

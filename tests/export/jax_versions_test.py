@@ -1,6 +1,6 @@
 """What a JAX consumer of a bundle gets on the running JAX, fast (the real JAX-only venvs at
 0.7.1 and 0.10.2 are //tests/packaging:jax_only_test): `save(jax_export=True)` + `load_jax` give
-jax.export's own file back, checked against the running JAX's calling-convention window; bundles
+jax.export's own serialization (+ the weights' safetensors) back, checked against the running JAX's calling-convention window; bundles
 and serializations it cannot read are typed errors naming the file and the versions read here."""
 
 import dataclasses
@@ -35,24 +35,26 @@ def saved(tmp_path_factory):
 def test_load_jax_is_the_program_run_computes(saved):
     path, args = saved
     exp = export.load_jax(path)
-    assert exp.calling_convention_version == HIGH
+    assert exp.exported.calling_convention_version == HIGH
     (want,) = export.run(path, *args)
     # JAX drops the unused input itself (module_kept_var_idx), as for its own exports.
     (got,) = exp.call(*args)
     np.testing.assert_array_equal(np.asarray(got), want)
-    # The file is jax.export's own: JAX alone reads it.
-    again = jax.export.deserialize(bytearray((path / export.JAX_EXPORT_FILE).read_bytes()))
-    np.testing.assert_array_equal(np.asarray(again.call(*args)[0]), want)
+    # The file is jax.export's own: JAX alone reads it (the weights as leading arguments).
+    again = jax.export.deserialize(bytearray((path / export.JAX_EXPORT_DIR / "exported.jax").read_bytes()))
+    np.testing.assert_array_equal(np.asarray(again.call(*exp.weights, *args)[0]), want)
 
 
 @pytest.mark.parametrize("version", [HIGH + 1, LOW - 1])
 def test_exported_outside_the_window_is_a_version_error(saved, tmp_path, version):
     path, _ = saved
-    beyond = dataclasses.replace(export.load_jax(path), calling_convention_version=version)
-    f = tmp_path / "beyond.jax_export"
+    beyond = dataclasses.replace(export.load_jax(path).exported, calling_convention_version=version)
+    d = tmp_path / "beyond"
+    shutil.copytree(path / export.JAX_EXPORT_DIR, d)
+    f = d / "exported.jax"
     f.write_bytes(beyond.serialize())
     with pytest.raises(export.BundleVersionError) as e:
-        export.load_jax(f)
+        export.load_jax(d)
     assert str(e.value).startswith(f"{f}: calling convention version {version} is outside jax {jax.__version__}'s "
                                    f"window [{LOW}, {HIGH}]")
     assert isinstance(e.value, ValueError)
@@ -60,14 +62,15 @@ def test_exported_outside_the_window_is_a_version_error(saved, tmp_path, version
 
 def test_what_is_not_a_serialized_exported(saved, tmp_path):
     path, _ = saved
-    junk = tmp_path / "junk.jax_export"
-    junk.write_bytes(os.urandom(64))
-    with pytest.raises(export.BundleError, match="junk.jax_export: not a jax.export serialization"):
+    junk = tmp_path / "junk"
+    shutil.copytree(path / export.JAX_EXPORT_DIR, junk)
+    (junk / "exported.jax").write_bytes(os.urandom(64))
+    with pytest.raises(export.BundleError, match="exported.jax: not a jax.export serialization"):
         export.load_jax(junk)
     bare = tmp_path / "bare"
     shutil.copytree(path, bare)
-    (bare / export.JAX_EXPORT_FILE).unlink()
-    with pytest.raises(export.BundleFileNotFoundError, match="module.jax_export: missing"):
+    shutil.rmtree(bare / export.JAX_EXPORT_DIR)
+    with pytest.raises(export.BundleFileNotFoundError, match="exported.jax"):
         export.load_jax(bare)
     with pytest.raises(export.BundleTypeError, match="path: expected"):
         export.load_jax(b"bytes")
@@ -105,12 +108,12 @@ def test_save_names_the_serialization_limit(saved, tmp_path, monkeypatch):
     # up front, naming the file and the limit; the rest of the bundle is still a bundle to save.
     path, _ = saved
     bundle = export.load(path)
-    size = len(export.to_jax(bundle).mlir_module_serialized)
+    size = len(export.to_jax(bundle).exported.mlir_module_serialized)
     monkeypatch.setattr(jax_export, "SERIALIZED_LIMIT", size)
     with pytest.raises(export.BundleError) as e:
         bundle.save(tmp_path / "big", jax_export=True)
-    assert str(e.value).startswith(f"{tmp_path / 'big' / export.JAX_EXPORT_FILE}: the module with its weights is "
-                                   f"{size} bytes; a jax.export serialization holds less than {size} bytes")
+    assert str(e.value).startswith(f"{tmp_path / 'big' / export.JAX_EXPORT_DIR / 'exported.jax'}: the serialized "
+                                   f"module is {size} bytes; a jax.export serialization holds less than {size} bytes")
     monkeypatch.setattr(jax_export, "SERIALIZED_LIMIT", size + 1)
     bundle.save(tmp_path / "fits", jax_export=True)
-    assert export.load_jax(tmp_path / "fits").calling_convention_version == HIGH
+    assert export.load_jax(tmp_path / "fits").exported.calling_convention_version == HIGH

@@ -35,5 +35,5 @@ def test_int64_kept(case):
     checks.check_int64_kept(case)
 
 
-def test_to_jax_round_trip(case):
-    checks.check_to_jax_round_trip(case)
+def test_to_jax_round_trip(case, tmp_path):
+    checks.check_to_jax_round_trip(case, str(tmp_path))

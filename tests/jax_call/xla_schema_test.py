@@ -68,7 +68,7 @@ def test_protoc_compiles_the_vendored_files_into_jaxlibs_descriptors(jaxlib_desc
     x, descriptors = jaxlib_descriptors
     protoc = shutil.which("protoc") or "/usr/bin/protoc"
     out = tmp_path / "set.binpb"
-    subprocess.run([protoc, f"-I{XLA_DIR}", f"--descriptor_set_out={out}", *FILES], check=True)
+    subprocess.run([protoc, f"-I{XLA_DIR}", f"--descriptor_set_out={out}", *FILES], check=True, timeout=300)
     compiled = {x.text(x.one(x.fields(f), 1)): f for f in x.many(x.fields(out.read_bytes()), 1)}
     for name in FILES:
         assert _normalize(x, compiled[name], "file") == _normalize(x, descriptors[name], "file"), name
@@ -77,7 +77,7 @@ def test_protoc_compiles_the_vendored_files_into_jaxlibs_descriptors(jaxlib_desc
     (tmp_path / "xla").mkdir()
     (tmp_path / "xla/xla_data.proto").write_text(broken)
     subprocess.run([protoc, f"-I{tmp_path}", f"--descriptor_set_out={tmp_path / 'b.binpb'}", "xla/xla_data.proto"],
-                   check=True)
+                   check=True, timeout=300)
     changed = x.many(x.fields((tmp_path / "b.binpb").read_bytes()), 1)[0]
     assert _normalize(x, changed, "file") != _normalize(x, descriptors["xla/xla_data.proto"], "file")
 

@@ -64,7 +64,7 @@ def test_half_a_pair_of_files_is_refused(tmp_path, capsys):
 
 
 def test_python_dash_m_entry_point():
-    out = subprocess.run([sys.executable, "-m", "torch_xla_ext", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "torch_xla_ext", "--help"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "numerics" in out.stdout
     with pytest.raises(SystemExit):
         main(["no-such-command"])

@@ -46,10 +46,10 @@ def venv(tmp_path_factory) -> pathlib.Path:
     wheel = built_wheel()
     root = tmp_path_factory.mktemp("fresh") / "venv"
     base = getattr(sys, "_base_executable", sys.executable)  # not the project venv's python
-    subprocess.run([base, "-m", "venv", str(root)], check=True)
+    subprocess.run([base, "-m", "venv", str(root)], check=True, timeout=300)
     t0 = time.perf_counter()
     proc = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
-                          env=_env(), capture_output=True, text=True)
+                          env=_env(), capture_output=True, text=True, timeout=1800)
     _log(f"pip install {wheel.name} (resolving the stack): {time.perf_counter() - t0:.0f} s")
     assert proc.returncode == 0, proc.stderr[-4000:]
     return root

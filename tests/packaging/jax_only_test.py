@@ -39,7 +39,7 @@ import tool_venv  # noqa: E402
 
 # Tool venvs: the pin (jax 0.7.1) and the newest jax the registry serves for Python 3.11.
 RELEASES = {"jax_0_7_1": "0.7.1", "jax_0_10_2": "0.10.2"}
-# Small in parameters: inline_constants and to_jax write every weight into the module as text.
+# Small in parameters: inline_constants writes every weight into the module as text.
 ZOO = ("vit", "gpt2")
 
 pytestmark = pytest.mark.skipif("TEST_SRCDIR" not in os.environ and os.environ.get("TXE_JAX_ONLY") != "1",
@@ -111,8 +111,10 @@ for name, case in spec["cases"].items():
            "strip_tokens": export.run(export.strip_tokens(b), *args),
            "inline_constants": export.run(export.inline_constants(b), *args),
            "inline_weights": export.run(export.inline_constants(export.strip_tokens(b), weights=True), *args)}
-    exp = jax.export.deserialize(export.to_jax(b).serialize())
-    res["to_jax"] = x64_call(exp, args)
+    jexp = export.to_jax(b)
+    saved = os.path.join(spec["tmp"], name + "_jax")
+    jexp.save(saved)  # jax.export.serialize of the program + the weights' safetensors, written here
+    res["to_jax"] = x64_call(export.load_jax(saved), args)
     res["load_jax"] = x64_call(export.load_jax(case["dir"]), args)  # serialized by the pinned stack
     if "replicas" in case:
         # Written here (this JAX's StableHLO version), and read from the portable artifact alone.
@@ -146,9 +148,10 @@ except export.BundleVersionError as e:
     errors["format_version"] = str(e)
 low = jax.export.minimum_supported_calling_convention_version
 high = jax.export.maximum_supported_calling_convention_version
-beyond = dataclasses.replace(export.to_jax(export.load(case["dir"])), calling_convention_version=high + 1)
-path = os.path.join(spec["tmp"], "beyond.jax_export")
-open(path, "wb").write(beyond.serialize())
+beyond = dataclasses.replace(export.to_jax(export.load(case["dir"])).exported, calling_convention_version=high + 1)
+path = os.path.join(spec["tmp"], "beyond")
+shutil.copytree(os.path.join(case["dir"], export.JAX_EXPORT_DIR), path)
+open(os.path.join(path, "exported.jax"), "wb").write(beyond.serialize())
 try:
     export.load_jax(path)
 except export.BundleVersionError as e:

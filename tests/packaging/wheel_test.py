@@ -116,7 +116,7 @@ def _satisfies(version: str, spec: str) -> bool:
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory, wheel) -> pathlib.Path:
     root = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=300)
     # The new venv sees the pinned stack through a .pth (no second 7 GB install); a venv's
     # --system-site-packages would see the base interpreter's packages instead.
     (next((root / "lib").glob("python3.*")) / "site-packages" / "pinned_stack.pth").write_text(
@@ -124,7 +124,7 @@ def venv(tmp_path_factory, wheel) -> pathlib.Path:
     )
     subprocess.run(
         [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
-        check=True,
+        check=True, timeout=600,
     )
     return root
 
@@ -146,7 +146,7 @@ def _needed(data: bytes) -> list[str]:
     with tempfile.NamedTemporaryFile(suffix=".so") as f:
         f.write(data)
         f.flush()
-        out = subprocess.run(["readelf", "-d", f.name], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["readelf", "-d", f.name], capture_output=True, text=True, check=True, timeout=60).stdout
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
 
 
@@ -175,7 +175,7 @@ def test_wheel_contents(wheel):
 def test_imports_from_the_venv_not_the_tree(venv, tmp_path):
     code = "import torch_xla_ext, torch_xla_ext.numerics as n; print(torch_xla_ext.__file__); print(n._core.__file__)"
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=_env(),
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     pkg, ext = out.stdout.split()
     assert pathlib.Path(pkg).resolve().is_relative_to(venv.resolve())
@@ -186,21 +186,21 @@ def test_console_script_compares_files(venv, tmp_path):
     np.save(tmp_path / "a.npy", np.float32([1, 2, 3]))
     np.save(tmp_path / "b.npy", np.float32([1, 2, 3.5]))
     out = subprocess.run([str(venv / "bin" / "torch-xla-ext"), "numerics", "--actual", "a.npy", "--expected", "b.npy"],
-                         cwd=tmp_path, env=_env(), capture_output=True, text=True)
+                         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 1, out.stderr  # a mismatch is a failed check
     assert "Mismatched elements: 1 / 3 (33.3%)" in out.stdout
 
 
 def test_console_script_runs_embedded_example(venv, tmp_path):
     out = subprocess.run([str(venv / "bin" / "torch-xla-ext"), "numerics"], cwd=tmp_path, env=_env(),
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "XLA vs CPU, bf16 linear" in out.stdout and "Mismatched elements:" in out.stdout
 
 
 def test_doctor_runs_from_the_installed_wheel(venv, tmp_path):
     out = subprocess.run([str(venv / "bin" / "torch-xla-ext"), "doctor", "--out", "report", "--steps", "2"],
-                         cwd=tmp_path, env=_env(), capture_output=True, text=True)
+                         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "torch-xla-ext doctor: embedded example" in out.stdout
     for f in ("report.md", "report.json", "graph_breaks.png", "numerics_ulp.png", "bundle/manifest.json"):

@@ -17,7 +17,7 @@ def built_wheel() -> pathlib.Path:
     if "TEST_SRCDIR" in os.environ:
         wheel_dir = pathlib.Path(os.environ["TEST_SRCDIR"]) / os.environ["TEST_WORKSPACE"] / "python" / "wheel"
     else:
-        subprocess.run(["bazel", "build", "//python:wheel"], cwd=REPO, check=True, capture_output=True)
+        subprocess.run(["bazel", "build", "//python:wheel"], cwd=REPO, check=True, capture_output=True, timeout=1800)
         wheel_dir = REPO / "bazel-bin" / "python" / "wheel"
     wheels = sorted(wheel_dir.glob("*.whl"))
     assert len(wheels) == 1, wheels

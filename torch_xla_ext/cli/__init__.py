@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from torch_xla_ext.errors import TorchXlaExtError
@@ -26,10 +25,18 @@ def build_parser() -> argparse.ArgumentParser:
     from torch_xla_ext.version import __version__
 
     parser.add_argument("--version", action="version", version=f"torch-xla-ext {__version__}")
+    parser.add_argument("--device", metavar="DEVICE", help=_DEVICE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
         importlib.import_module(f"torch_xla_ext.cli.{name}").register(sub)
+    for p in sub.choices.values():  # `--device` after the command works too
+        p.add_argument("--device", metavar="DEVICE", default=argparse.SUPPRESS, help=_DEVICE_HELP)
     return parser
+
+
+# No command picks the device itself: on a host with an accelerator, torch_xla's own default is it.
+_DEVICE_HELP = ("PJRT device to run on (sets PJRT_DEVICE, e.g. CPU); default: the environment's PJRT_DEVICE, "
+                "else torch_xla's own choice")
 
 
 def progress(message: str) -> None:
@@ -38,9 +45,11 @@ def progress(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    from torch_xla_ext import _device
+
     args = build_parser().parse_args(argv)
     try:
+        _device.select(args.device)
         return int(args.func(args) or 0)
     except TorchXlaExtError as e:  # bad input, named in the message; anything else is a bug (traceback)
         print(f"torch-xla-ext {args.command}: error: {e}", file=sys.stderr)

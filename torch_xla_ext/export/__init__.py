@@ -11,9 +11,9 @@ Example:
     >>> bundle.save("/tmp/m"); outs = export.run("/tmp/m", x.numpy())
 
 One module per job: `manifest` (the calling convention and its validation, the dtype table),
-`bundle` (save/load/load_jax, untrusted-input hardening), `graph` (main's value graph for the C++
+`bundle` (save/load, untrusted-input hardening), `graph` (main's value graph for the C++
 analysis in cc/collectives/analysis.h), `exporter` (torch.export + torch_xla, names), `runner`
-(`run` on PJRT CPU devices), `transforms` (`strip_tokens`, `inline_constants`, `to_jax`).
+(`run` on PJRT CPU devices), `transforms` (`strip_tokens`, `inline_constants`, `to_jax`, `load_jax`).
 
 The JAX side (`load`, `run`, the transforms, `to_jax`, `load_jax`) imports JAX only, never torch,
 and works on every JAX from the pin (0.7.1) to the newest tested (0.10.2) with only `jax[cpu]`,
@@ -21,17 +21,17 @@ numpy, ml_dtypes, flatbuffers and this wheel installed; `export` (the torch side
 pinned torch stack when called.
 """
 
-from torch_xla_ext.export.bundle import ARTIFACT_FILE, JAX_EXPORT_FILE, MODULE_FILE, Bundle, load, load_jax
+from torch_xla_ext.export.bundle import ARTIFACT_FILE, JAX_EXPORT_DIR, MODULE_FILE, Bundle, load
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
-                                        ExportLoweringError, RunInputError)
+                                        ExportLoweringError, RunInputError, WeightsTooLargeError)
 from torch_xla_ext.export.exporter import ExportOptions, export
 from torch_xla_ext.export.manifest import FORMAT_VERSION, INPUT_KINDS, MANIFEST_FILE, Collective, Input, Manifest
 from torch_xla_ext.export.runner import run
-from torch_xla_ext.export.transforms import inline_constants, strip_tokens, to_jax
+from torch_xla_ext.export.transforms import JaxExport, inline_constants, load_jax, strip_tokens, to_jax
 
 __all__ = [
     "ARTIFACT_FILE", "Bundle", "BundleError", "BundleFileNotFoundError", "BundleTypeError", "BundleVersionError",
-    "Collective", "ExportLoweringError", "ExportOptions",
-    "FORMAT_VERSION", "INPUT_KINDS", "Input", "JAX_EXPORT_FILE", "MANIFEST_FILE", "MODULE_FILE", "Manifest",
-    "RunInputError", "export", "inline_constants", "load", "load_jax", "run", "strip_tokens", "to_jax",
+    "Collective", "ExportLoweringError", "ExportOptions", "FORMAT_VERSION", "INPUT_KINDS", "Input", "JAX_EXPORT_DIR",
+    "JaxExport", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "RunInputError", "WeightsTooLargeError", "export",
+    "inline_constants", "load", "load_jax", "run", "strip_tokens", "to_jax",
 ]

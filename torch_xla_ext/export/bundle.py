@@ -24,7 +24,7 @@ from torch_xla_ext.export.manifest import MANIFEST_FILE, Input, Manifest, dtype_
 
 MODULE_FILE = "module.mlir"
 ARTIFACT_FILE = "module.mlirbc"  # StableHLO portable artifact (VHLO bytecode) of the same module
-JAX_EXPORT_FILE = "module.jax_export"  # optional: jax.export.serialize(to_jax(bundle)), weights bound
+JAX_EXPORT_DIR = "jax_export"  # optional: to_jax(bundle).save() (exported.jax + weights.safetensors)
 
 
 @dataclasses.dataclass
@@ -45,26 +45,19 @@ class Bundle:
     def save(self, path: str | os.PathLike, *, portable_artifact: bool = True, jax_export: bool = False) -> None:
         """Writes manifest.json, module.mlir (text), module.mlirbc (the StableHLO portable
         artifact, stable across StableHLO versions) and one .npy per array under `path`; with
-        ``jax_export=True`` also module.jax_export, ``jax.export.serialize(to_jax(bundle))``, which
-        a JAX user reads with ``jax.export.deserialize`` alone (or :func:`load_jax`, which checks
-        the running JAX's window first). It holds the weights a second time.
+        ``jax_export=True`` also ``jax_export/``, what ``to_jax(bundle).save`` writes
+        (``exported.jax``, jax.export's own serialization, and ``weights.safetensors``), which a
+        JAX user reads with ``export.load_jax`` (it checks the running JAX's window first) or with
+        jax.export and safetensors alone. It holds the weights a second time.
 
         Example: ``bundle.save("/tmp/exported")``.
         """
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         if jax_export:
-            from torch_xla_ext._compat import jax_export as _jax_export
             from torch_xla_ext.export.transforms import to_jax
 
-            dest = os.path.join(path, JAX_EXPORT_FILE)
-            try:
-                data = _jax_export.serialize(to_jax(self), dest)
-            except ValueError as e:  # over jax.export's size limit: save without jax_export=True
-                raise BundleError(f"{e}; save without jax_export=True and call export.to_jax where it is "
-                                  f"loaded") from None
-            with open(dest, "wb") as f:
-                f.write(data)
+            to_jax(self).save(os.path.join(path, JAX_EXPORT_DIR))
         manifest = self.manifest
         if portable_artifact:
             version, data = portable_artifact_of(self.module_text)
@@ -365,43 +358,6 @@ def load(path: str | os.PathLike) -> Bundle:
         arrays[inp.file] = arr
     return Bundle(text, manifest, arrays)
 
-
-
-def load_jax(path: str | os.PathLike) -> Any:
-    """The ``jax.export.Exported`` serialized at `path` (a file, or a bundle directory's
-    module.jax_export), checked against the running JAX first: an Exported whose calling
-    convention lies outside ``jax.export``'s supported window, or a serialization this JAX cannot
-    read, raises BundleVersionError naming the file and the window (JAX itself would call an
-    Exported of a newer calling convention without checking it).
-
-    Example: ``exp = export.load_jax("/tmp/exported"); (y,) = exp.call(x)``.
-    """
-    from torch_xla_ext._compat import jax_export
-
-    if not isinstance(path, (str, os.PathLike)):
-        raise BundleTypeError(f"path: expected a serialized jax.export file or a bundle directory, "
-                              f"got {type(path).__name__}")
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, JAX_EXPORT_FILE)
-    data = read_file(path, "a serialized jax.export", binary=True)
-    import jax
-
-    try:
-        exp = jax_export.deserialize(data)
-    except ValueError as e:
-        if "unsupported version" in str(e):  # jax's message for a newer serialization version
-            raise BundleVersionError(f"{path}: written by a newer jax.export than jax {jax.__version__} reads "
-                                     f"({e})") from None
-        raise BundleError(f"{path}: {e}") from None
-    low, high = jax_export.calling_convention_window()
-    version = exp.calling_convention_version
-    if not low <= version <= high:
-        raise BundleVersionError(f"{path}: calling convention version {version} is outside jax {jax.__version__}'s "
-                                 f"window [{low}, {high}] (jax.export's minimum/maximum_supported_calling_"
-                                 f"convention_version); re-export it with a JAX in that window, or use a JAX "
-                                 f"whose window holds {version}")
-    return exp
 
 
 def as_bundle(value: Any, what: str = "bundle") -> Bundle:

@@ -33,3 +33,8 @@ class BundleTypeError(ArgumentTypeError):
 class ExportLoweringError(UnimplementedError):
     """torch_xla's lowering of the program computes something other than torch.export's program
     (an output of another shape); names the output."""
+
+
+class WeightsTooLargeError(BundleError):
+    """Arrays too large for the route asked for (weights as MLIR text in ``inline_constants``);
+    names the limit and the route that takes them (``to_jax``, which keeps weights as arrays)."""

@@ -1,26 +1,36 @@
 """Rewrites of a bundle's `main` (each gives a new Bundle and appends to `manifest.transforms`):
 `strip_tokens` (collective tokens made inside), `inline_constants` (lifted constants, optionally
-weights, as module constants); and `to_jax`, the token-free program with its weights bound as a
-`jax.export.Exported`, which JAX users serialize with jax's own versioned format.
+weights, as module constants); and `to_jax`, the token-free program as a `jax.export.Exported`
+with its weights kept as arrays bound to its leading arguments (a `JaxExport`; saved as jax's own
+versioned format plus a safetensors file, read back with `load_jax`).
 
 Example:
     >>> lean = inline_constants(strip_tokens(bundle), weights=True)   # main takes user inputs only
-    >>> exp = to_jax(bundle); data = jax.export.serialize(exp)
+    >>> exp = to_jax(bundle); exp.save("/tmp/m.jax"); (y,) = load_jax("/tmp/m.jax").call(x)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from typing import Any
 
 import numpy as np
 
 from torch_xla_ext.export import graph
 from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
-from torch_xla_ext.export.errors import BundleError
-from torch_xla_ext.export.manifest import MLIR_TYPES, is_python_constant, np_dtype
+from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
+                                        RunInputError, WeightsTooLargeError)
+from torch_xla_ext.export.manifest import MLIR_TYPES, dtype_name, is_python_constant, np_dtype
 
 _INNER = "_txe_main_inner"
+
+# inline_constants writes each value as MLIR hex text (2 characters a byte), which MLIR's parser
+# reads back into an attribute and the bytecode writer copies again: memory grows with a multiple
+# of the data (GPT-2 124M's 500 MB of weights peaked at 23.9 GB). Past this, raise and name
+# to_jax, which keeps weights as arrays.
+INLINE_LIMIT_BYTES = 64 * 2**20
 
 
 def _dense_literal(arr: np.ndarray, dtype: str) -> str:
@@ -118,30 +128,178 @@ def strip_tokens(bundle: Bundle) -> Bundle:
 
 def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
     """A bundle whose lifted constants (and, with weights=True, parameters and buffers) are
-    constants inside the module instead of `main` arguments.
+    constants inside the module instead of `main` arguments. The values become MLIR text, so
+    more than ``INLINE_LIMIT_BYTES`` raises WeightsTooLargeError (``to_jax`` takes any size).
 
     Example: ``b = inline_constants(bundle, weights=True)`` leaves only user inputs and tokens.
     """
     bundle = as_bundle(bundle)
     kinds = ("constant", "parameter", "buffer") if weights else ("constant",)
+    chosen = [inp for inp in bundle.manifest.inputs if inp.kind in kinds]
+    total = sum(np.asarray(bundle.arrays[inp.file]).nbytes for inp in chosen)
+    if total > INLINE_LIMIT_BYTES:
+        raise WeightsTooLargeError(
+            f"inline_constants(weights={weights}): {total} bytes of {'/'.join(kinds)} arrays exceed "
+            f"INLINE_LIMIT_BYTES ({INLINE_LIMIT_BYTES}): inlined values are MLIR text; use export.to_jax(bundle), "
+            f"which keeps weights as arrays bound to the program's arguments, or run the bundle as it is")
     drop = {}
-    for inp in bundle.manifest.inputs:
-        if inp.kind in kinds:
-            drop[inp.index] = _dense_literal(np.asarray(bundle.arrays[inp.file]), inp.dtype)
+    for inp in chosen:
+        drop[inp.index] = _dense_literal(np.asarray(bundle.arrays[inp.file]), inp.dtype)
     return _rewrite(bundle, drop, "inline_constants(weights=True)" if weights else "inline_constants")
 
 
-def to_jax(bundle: Bundle, *, platform: str = "cpu") -> Any:
-    """The bundle as a ``jax.export.Exported``: tokens made inside, weights and constants bound,
-    taking the tensor user inputs in position order (unused ones too: JAX drops them through
-    ``module_kept_var_idx``; Python constants are baked in, not arguments) and returning the
-    outputs as a tuple in the manifest's order. Serialize it with ``jax.export.serialize``; call it
-    with ``exp.call(*arrays)`` (inside ``jax.jit`` too). An int64 input stays int64: calling with
-    one needs JAX's x64 mode, as for any JAX function taking int64.
+
+
+# ---- to_jax: the program as a jax.export.Exported with its weights bound ----------------------
+
+# Arrays JAX narrows with its default x64 mode off; to_jax keeps the small ones (position ids,
+# scalars) as module constants so calling needs x64 only for int64 user inputs.
+_NARROWED = ("int64", "uint64", "float64", "complex128")
+_NARROWED_INLINE_BYTES = 2**20
+EXPORTED_FILE = "exported.jax"          # jax.export.serialize of JaxExport.exported
+WEIGHTS_FILE = "weights.safetensors"    # its bound arrays, in argument order
+_FORMAT = "torch_xla_ext.jax_export/1"
+_MAX_ARGUMENTS = 2**16 - 1  # jax.export's serialization writes module_kept_var_idx as uint16
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxExport:
+    """What :func:`to_jax` returns: ``exported``, a ``jax.export.Exported`` whose arguments are
+    the bound arrays (``weight_names``/``weights``, in that order) followed by the tensor user
+    inputs, and the arrays themselves. The weights stay arrays (never MLIR text, never inside
+    the flatbuffer, so no 2 GiB limit): ``save`` writes ``exported.jax`` (jax's own versioned
+    format) and ``weights.safetensors`` next to it; :func:`load_jax` reads them back.
+
+    Example:
+        >>> exp = to_jax(bundle); exp.save("/tmp/m.jax")
+        >>> (logits,) = load_jax("/tmp/m.jax").call(x)
+        >>> jax.jit(exp.exported.call)(*exp.weights, x)   # inside jit: weights as arguments
+    """
+
+    exported: Any
+    weight_names: tuple[str, ...]
+    weights: tuple[np.ndarray, ...]
+
+    @property
+    def in_avals(self) -> tuple:
+        """The user inputs' avals (what :meth:`call` takes)."""
+        return self.exported.in_avals[len(self.weights):]
+
+    @property
+    def out_avals(self) -> tuple:
+        return self.exported.out_avals
+
+    def call(self, *user_inputs: Any) -> Any:
+        """The outputs (a tuple in ``manifest.outputs`` order) for the tensor user inputs in
+        position order. Inside ``jax.jit`` call ``exported.call(*weights, *user_inputs)`` with the
+        weights as arguments of the jitted function: closed over, JAX would make them constants."""
+        if len(user_inputs) != len(self.in_avals):
+            raise RunInputError(f"user_inputs: expected {len(self.in_avals)} tensor user inputs, got {len(user_inputs)}")
+        return self.exported.call(*self.weights, *user_inputs)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes ``path/exported.jax`` (``jax.export.serialize``) and ``path/weights.safetensors``."""
+        import safetensors.numpy
+
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        from torch_xla_ext._compat import jax_export
+
+        dest = os.path.join(path, EXPORTED_FILE)
+        try:
+            data = jax_export.serialize(self.exported, dest)
+        except ValueError as e:  # over jax.export's flatbuffer limit
+            raise BundleError(str(e)) from None
+        with open(dest, "wb") as f:
+            f.write(data)
+        tensors, dtypes = {}, {}
+        for name, arr in zip(self.weight_names, self.weights):
+            dtypes[name] = dtype_name(arr.dtype)
+            # safetensors' numpy API has no bfloat16: its bits as uint16, the dtype in the metadata
+            tensors[name] = arr.view(np.uint16) if dtypes[name] == "bfloat16" else arr
+        meta = {"format": _FORMAT, "order": json.dumps(list(self.weight_names)), "dtypes": json.dumps(dtypes)}
+        safetensors.numpy.save_file(tensors, os.path.join(path, WEIGHTS_FILE), metadata=meta)
+
+
+def load_jax(path: str | os.PathLike) -> JaxExport:
+    """Reads what :meth:`JaxExport.save` wrote (or a bundle directory saved with
+    ``jax_export=True``); the weights are checked against the ``Exported``'s argument avals. An
+    Exported whose calling convention lies outside the running JAX's window, or a serialization
+    this JAX cannot read, raises BundleVersionError naming the file and the window (JAX itself
+    would call an Exported of a newer calling convention without checking). Other bad files raise
+    BundleError / BundleFileNotFoundError naming the file.
+
+    Example: ``(y,) = load_jax("/tmp/m.jax").call(x)``.
+    """
+    import jax
+    from safetensors import safe_open
+
+    from torch_xla_ext._compat import jax_export
+    from torch_xla_ext.export.bundle import JAX_EXPORT_DIR, read_file
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise BundleTypeError(f"path: expected a directory written by JaxExport.save (or a bundle saved with "
+                              f"jax_export=True), got {type(path).__name__}")
+    path = os.fspath(path)
+    if os.path.isdir(os.path.join(path, JAX_EXPORT_DIR)):
+        path = os.path.join(path, JAX_EXPORT_DIR)
+    epath, wpath = os.path.join(path, EXPORTED_FILE), os.path.join(path, WEIGHTS_FILE)
+    data = read_file(epath, "the serialized jax.export.Exported", binary=True)
+    try:
+        exported = jax_export.deserialize(data)
+    except ValueError as e:
+        if "unsupported version" in str(e):  # jax's message for a newer serialization version
+            raise BundleVersionError(f"{epath}: written by a newer jax.export than jax {jax.__version__} reads "
+                                     f"({e})") from None
+        raise BundleError(f"{epath}: {e}") from None
+    low, high = jax_export.calling_convention_window()
+    version = exported.calling_convention_version
+    if not low <= version <= high:
+        raise BundleVersionError(f"{epath}: calling convention version {version} is outside jax {jax.__version__}'s "
+                                 f"window [{low}, {high}] (jax.export's minimum/maximum_supported_calling_"
+                                 f"convention_version); re-export it with a JAX in that window, or use a JAX "
+                                 f"whose window holds {version}")
+    if not os.path.exists(wpath):
+        raise BundleFileNotFoundError(f"{wpath}: missing (the weights of {epath})")
+    try:
+        with safe_open(wpath, framework="numpy") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != _FORMAT:
+                raise BundleError(f"{wpath}: metadata field 'format' is {meta.get('format')!r}, expected {_FORMAT!r}")
+            order, dtypes = json.loads(meta.get("order", "null")), json.loads(meta.get("dtypes", "null"))
+            if not (isinstance(order, list) and isinstance(dtypes, dict) and set(order) == set(f.keys())
+                    and len(order) <= len(exported.in_avals)):
+                raise BundleError(f"{wpath}: metadata fields 'order'/'dtypes' do not list its tensors")
+            weights = []
+            for k, name in enumerate(order):
+                arr = f.get_tensor(name)
+                if dtypes.get(name) == "bfloat16" and arr.dtype == np.uint16:
+                    arr = arr.view(np_dtype("bfloat16"))
+                aval = exported.in_avals[k]
+                if tuple(arr.shape) != tuple(aval.shape) or arr.dtype != aval.dtype:
+                    raise BundleError(f"{wpath}: tensor {name!r} is {dtype_name(arr.dtype)}{list(arr.shape)}, but "
+                                      f"{EXPORTED_FILE} argument {k} is {aval.dtype}{list(aval.shape)}")
+                weights.append(arr)
+    except BundleError:
+        raise
+    except Exception as e:  # safetensors raises its own error types on a bad header
+        raise BundleError(f"{wpath}: not a safetensors file we read ({type(e).__name__}: {e})") from None
+    return JaxExport(exported, tuple(order), tuple(weights))
+
+
+def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
+    """The bundle as a :class:`JaxExport`: a ``jax.export.Exported`` with tokens made inside,
+    taking the bound arrays (parameters, buffers, lifted constants; ``weights``) and then the
+    tensor user inputs in position order (unused ones too: JAX drops them through
+    ``module_kept_var_idx``; Python constants are baked in), returning the outputs as a tuple in
+    the manifest's order. The weights stay numpy arrays: nothing is copied into MLIR text or into
+    the serialized program, so memory and the serialized size do not depend on a flatbuffer
+    limit. 64-bit arrays up to 1 MiB (position ids) are module constants, so only int64 user
+    inputs need JAX's x64 mode, as for any JAX function taking int64.
 
     Example:
         >>> exp = to_jax(bundle)
-        >>> again = jax.export.deserialize(jax.export.serialize(exp))
+        >>> exp.save("/tmp/m.jax"); again = load_jax("/tmp/m.jax")
         >>> (logits,) = again.call(x)
     """
     import jax
@@ -153,19 +311,36 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> Any:
     bundle = as_bundle(bundle)
     if not isinstance(platform, str) or not platform:
         raise BundleError(f"platform: expected a JAX platform name such as 'cpu', got {platform!r}")
-    lean = inline_constants(strip_tokens(bundle), weights=True)
+    stripped = strip_tokens(bundle)
+    m = stripped.manifest
+    state = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]
+    small = [i for i in state if i.dtype in _NARROWED]
+    small = small if sum(np.asarray(stripped.arrays[i.file]).nbytes for i in small) <= _NARROWED_INLINE_BYTES else []
+    lean = _rewrite(stripped, {i.index: _dense_literal(np.asarray(stripped.arrays[i.file]), i.dtype) for i in small},
+                    "inline_constants(64-bit)") if small else stripped
     m = lean.manifest
-    order = sorted(range(len(m.inputs)), key=lambda k: m.inputs[k].position)
-    lean = _rewrite(lean, {}, "user inputs in position order", order)
+    bound = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]
+    users = sorted((i for i in m.inputs if i.kind == "user_input"), key=lambda i: i.position)
+    lean = _rewrite(lean, {}, "weights then user inputs in position order", [i.index for i in bound + users])
     tensors = [u for u in lean.manifest.user_inputs() if not is_python_constant(u["dtype"])]
-    in_avals = tuple(jax.core.ShapedArray(tuple(u["shape"]), np_dtype(u["dtype"])) for u in tensors)
-    kept = tuple(k for k, u in enumerate(tensors) if u["used"])
+    names = [_weight_name(i) for i in bound]
+    if len(set(names)) != len(names):
+        names = [i.file for i in bound]
+    weights = tuple(np.asarray(lean.arrays[i.file]) for i in bound)
+    in_avals = tuple(jax.core.ShapedArray(w.shape, w.dtype) for w in weights) + tuple(
+        jax.core.ShapedArray(tuple(u["shape"]), np_dtype(u["dtype"])) for u in tensors)
+    if len(in_avals) > _MAX_ARGUMENTS:
+        raise WeightsTooLargeError(
+            f"to_jax: {len(bound)} weight arrays and {len(tensors)} user inputs exceed jax.export's "
+            f"{_MAX_ARGUMENTS} arguments (its flatbuffer stores module_kept_var_idx as uint16); run the bundle "
+            f"with export.run, which has no such limit")
+    kept = tuple(range(len(bound))) + tuple(len(bound) + k for k, u in enumerate(tensors) if u["used"])
     out_avals = tuple(jax.core.ShapedArray(tuple(o["shape"]), np_dtype(o["dtype"])) for o in m.outputs)
     ctx, module = graph.parse(lean.module_text, MODULE_FILE)
     with ctx:
         code = jax_mlir.module_to_bytecode(module)
     serialized = jmlir.serialize_portable_artifact(code, jax_mlir.stablehlo_export_target_version())
-    return jax_export.exported(
+    exported = jax_export.exported(
         fun_name="main",
         in_tree=jax.tree_util.tree_structure((tuple(range(len(in_avals))), {})),
         in_avals=in_avals,
@@ -184,3 +359,8 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> Any:
         uses_global_constants=False,
         _get_vjp=None,
     )
+    return JaxExport(exported, tuple(names), weights)
+
+
+def _weight_name(inp) -> str:
+    return inp.name or f"constants/{inp.index}"

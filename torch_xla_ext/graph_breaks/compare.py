@@ -195,8 +195,8 @@ def compare(model: str | Callable[[], Any], *, modes: Sequence[str] = MODES, tra
 def _run_worker(cmd: list[str], mode: str, out_path: str, timeout_s: float,
                 progress: Callable[[str], None] | None, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Runs one worker; its stderr is read on a thread so the timeout can fire while it runs."""
+    # the worker runs on the device the user's environment selects
     env = dict(os.environ, **(extra_env or {}))
-    env.setdefault("PJRT_DEVICE", "CPU")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     err_lines: list[str] = []

@@ -30,6 +30,7 @@ import json
 import os
 from typing import Any
 
+from torch_xla_ext import _device
 from torch_xla_ext.errors import InternalError, InvalidArgumentError, NotFoundError
 
 __all__ = ["GraphBreakError", "WorkerError", "GraphBreakReport", "load_report", "SCHEMA"]
@@ -85,6 +86,8 @@ class GraphBreakReport:
     native_hooks: dict[str, int] = dataclasses.field(default_factory=dict)
     timeline: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # the XLA device the accounted region ran on (made in the process that ran it)
+    device: str = dataclasses.field(default_factory=lambda: _device.current())
 
     @property
     def num_fx_breaks(self) -> int:
@@ -123,13 +126,13 @@ class GraphBreakReport:
         schema = d.get("schema", SCHEMA)
         if schema != SCHEMA:
             raise GraphBreakError(f"{where}: schema {schema!r} is not {SCHEMA!r}")
-        kwargs = {}
+        kwargs = {"device": "unknown"}  # a report written before reports named their device
         for f in dataclasses.fields(cls):
             if f.name not in d:
                 continue
             v = d[f.name]
             want = dict if f.type.startswith("dict") else list if f.type.startswith("list") else \
-                float if f.type == "float" else int
+                float if f.type == "float" else str if f.type == "str" else int
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) if want is float else \
                 isinstance(v, want) and not (want is int and isinstance(v, bool))
             if not ok:
@@ -183,7 +186,7 @@ class GraphBreakReport:
 
     def to_markdown(self, title: str = "Graph-break report") -> str:
         who = f" (rank {self.rank['rank']})" if self.rank.get("rank") is not None else ""
-        out = [f"### {title}{who}", "", "| what | count |", "|---|---:|"]
+        out = [f"### {title}{who}", "", f"On XLA:{self.device}.", "", "| what | count |", "|---|---:|"]
         out += [f"| {k} | {v} |" for k, v, _ in self.figures()]
         if self.steps:
             out.append(f"| steps marked | {self.steps} |")

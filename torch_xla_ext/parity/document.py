@@ -251,7 +251,7 @@ def _text_table(t: Table) -> list[str]:
 
 def to_text(report: ParityReport) -> str:
     """``str(report)``: the verdict line, the lead sentence, then the sections as text."""
-    lines = [f"Parity verdict: {report.verdict.value} ({report.dtype})", "", lead(report)]
+    lines = [f"Parity verdict: {report.verdict.value} ({report.dtype}) on XLA:{report.device}", "", lead(report)]
     for s in sections(report):
         lines += ["", f"== {s.title} =="]
         for p in s.paragraphs:

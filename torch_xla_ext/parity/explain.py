@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from torch_xla_ext import numerics
+from torch_xla_ext import _device, numerics
 from torch_xla_ext.parity.report import (
     REAL_DIFFERENCE,
     REASSOCIATION,
@@ -238,6 +238,9 @@ def explain_parts(verdict: Verdict, outputs: Sequence[OutputParity], emulation: 
     figures = [_golden(outputs) + _scale_words(outputs)]
     if verdict == Verdict.FAIL and set(by_cause) <= {ROUNDING_PLACEMENT, REASSOCIATION}:
         figures.append("Loosening the CPU tolerance instead hides the cause and would also hide a real bug.")
+    caveat = device_caveat()
+    if caveat:
+        parts.append(caveat)
     return ExplanationParts(head, tuple(parts), tuple(figures))
 
 
@@ -326,6 +329,15 @@ def lead(report: Any) -> str:
         text = (text[:-1] + f"; the first divergent module is {report.first_divergent_module}, start there "
                 f"(report.module_table()).")
     return text
+
+
+def device_caveat(device: str | None = None) -> str:
+    """The one sentence a report made on another device than XLA:CPU carries ("" on the CPU)."""
+    device = device or _device.current()
+    if _device.is_cpu(device):
+        return ""
+    return (f"XLA ran on {device}: the rounding rules this explanation applies are XLA:CPU's, and its cause "
+            f"attribution is not verified on {device}.")
 
 
 def _narrow_type(points: Sequence[RoundingPoint]) -> str:

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from torch_xla_ext import numerics
+from torch_xla_ext import _device, numerics
 from torch_xla_ext.parity.stablehlo import RoundingPoint
 
 __all__ = ["CAUSES", "LayerParity", "ModuleParity", "OutputParity", "ParityReport", "Verdict"]
@@ -197,6 +197,8 @@ class ParityReport:
     first_divergent_module: str | None = None
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     hlo_text: str | None = dataclasses.field(default=None, repr=False)
+    # The XLA device the run used (made where the report is made, in the process that ran XLA).
+    device: str = dataclasses.field(default_factory=lambda: _device.current())
 
     @property
     def passed(self) -> bool:
@@ -209,7 +211,7 @@ class ParityReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = {
-            "verdict": self.verdict.value, "explanation": self.explanation, "dtype": self.dtype,
+            "verdict": self.verdict.value, "device": self.device, "explanation": self.explanation, "dtype": self.dtype,
             "rtol": self.rtol, "atol": self.atol, "emulation": self.emulation, "hlo_math": self.hlo_math,
             "outputs": [o.to_dict() for o in self.outputs],
             "rounding_points": [dataclasses.asdict(p) for p in self.rounding_points],

@@ -1,0 +1,143 @@
+"""to_jax at any size: weights never become MLIR text or part of the serialized program (they
+stay arrays, bound to the Exported's leading arguments and saved as safetensors), results match
+torch_xla's execution, and routes that do put weights in text refuse sizes they cannot take with a
+typed error naming the limit and the route. GPT-2 124M's peak memory is measured by
+bench/to_jax_bench.py in a fresh process (too large for the suite)."""
+
+import os
+import sys
+
+import jax
+import numpy as np
+import pytest
+import torch
+
+from torch_xla_ext import export
+from torch_xla_ext._compat import stablehlo as compat
+from torch_xla_ext.export import transforms
+
+sys.path.insert(0, os.path.dirname(__file__))
+import bounds  # noqa: E402
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.a = torch.nn.Linear(16, width)
+        self.b = torch.nn.Linear(width, 4)
+        self.register_buffer("position_ids", torch.arange(16))  # int64: a small module constant
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x + self.position_ids.to(x.dtype)))),
+
+
+def _bundle(width):
+    torch.manual_seed(0)
+    model, x = Mlp(width), torch.randn(2, 16)
+    return model, x, export.export(model, (x,))
+
+
+@pytest.fixture(scope="module")
+def small_and_large():
+    return _bundle(8), _bundle(2048)
+
+
+def test_the_program_does_not_grow_with_the_weights(small_and_large):
+    """250x the weights, the same program: no weight is written into the module."""
+    (_, _, small), (_, _, large) = small_and_large
+    es, el = export.to_jax(small), export.to_jax(large)
+    w_small, w_large = sum(w.nbytes for w in es.weights), sum(w.nbytes for w in el.weights)
+    assert w_large > 100 * w_small
+    assert len(el.exported.mlir_module_serialized) < 2 * len(es.exported.mlir_module_serialized) < w_large / 10
+    text = el.exported.mlir_module()
+    assert "dense_resource" not in text and len(text) < w_large / 10
+    # the float weights are main's leading arguments, in weight_names' order; the int64 buffer is not
+    assert set(el.weight_names) == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    assert [tuple(a.shape) for a in el.exported.in_avals[:len(el.weights)]] == [w.shape for w in el.weights]
+    assert [tuple(a.shape) for a in el.in_avals] == [(2, 16)]
+
+
+def test_saved_and_loaded_results_match_torch_xla(small_and_large, tmp_path):
+    (_, x, _), (model, xl, large) = small_and_large
+    exp = export.to_jax(large)
+    exp.save(tmp_path / "m.jax")
+    files = sorted(os.listdir(tmp_path / "m.jax"))
+    assert files == [transforms.EXPORTED_FILE, transforms.WEIGHTS_FILE]
+    assert os.path.getsize(tmp_path / "m.jax" / transforms.EXPORTED_FILE) < sum(w.nbytes for w in exp.weights) / 10
+    again = export.load_jax(tmp_path / "m.jax")
+    for name, w, v in zip(again.weight_names, again.weights, exp.weights):
+        np.testing.assert_array_equal(w, v, err_msg=name)  # arrays round-trip exactly
+    (got,) = again.call(xl.numpy())
+    (jitted,) = jax.jit(again.exported.call)(*again.weights, xl.numpy())
+    theirs = compat.run_with_torch_xla(large.torch_xla_export.graph_module, xl)
+    bounds.assert_same_program([np.asarray(got)], theirs[:1], "to_jax vs torch_xla")
+    np.testing.assert_array_equal(np.asarray(jitted), np.asarray(got))  # one program, one compiler
+    with torch.no_grad():  # and the model's own math (eager CPU: another compiler)
+        np.testing.assert_allclose(np.asarray(got), model(xl)[0].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_inline_constants_refuses_more_than_its_text_limit(monkeypatch):
+    """A cheap construction: a bundle whose weight reports 2 GiB without holding it (a broadcast view)."""
+    _, _, bundle = _bundle(8)
+    w = next(i for i in bundle.manifest.inputs if i.kind == "parameter")
+    huge = np.broadcast_to(np.zeros((), np.float32), (2**29,))  # 2 GiB as nbytes, 4 bytes of memory
+    big = export.Bundle(bundle.module_text, bundle.manifest, {**bundle.arrays, w.file: huge})
+    with pytest.raises(export.WeightsTooLargeError, match=r"INLINE_LIMIT_BYTES \(67108864\).*export\.to_jax"):
+        export.inline_constants(big, weights=True)
+    # the lifted constants alone are small: that route still works on the real bundle
+    assert export.inline_constants(bundle).manifest.transforms[-1] == "inline_constants"
+
+
+def test_load_jax_names_the_file_it_cannot_read(small_and_large, tmp_path):
+    (_, _, small), _ = small_and_large
+    path = tmp_path / "m.jax"
+    with pytest.raises(export.BundleFileNotFoundError, match="exported.jax"):
+        export.load_jax(path)
+    export.to_jax(small).save(path)
+    (path / transforms.EXPORTED_FILE).write_bytes(b"\x00" * 64)
+    with pytest.raises(export.BundleError, match="exported.jax: not a jax.export.Exported"):
+        export.load_jax(path)
+    export.to_jax(small).save(path)
+    (path / transforms.WEIGHTS_FILE).write_bytes(b"garbage")
+    with pytest.raises(export.BundleError, match="weights.safetensors: not a safetensors file"):
+        export.load_jax(path)
+    os.remove(path / transforms.WEIGHTS_FILE)
+    with pytest.raises(export.BundleFileNotFoundError, match="weights.safetensors: missing"):
+        export.load_jax(path)
+    # weights of another model: named by tensor and argument
+    _, _, other = _bundle(32)
+    export.to_jax(other).save(tmp_path / "other")
+    os.replace(tmp_path / "other" / transforms.WEIGHTS_FILE, path / transforms.WEIGHTS_FILE)
+    with pytest.raises(export.BundleError, match=r"weights.safetensors: tensor '.*' is float32\[.*\], but exported.jax argument"):
+        export.load_jax(path)
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return (x * self.w).sum(),
+
+
+def test_weights_past_the_2gib_flatbuffer_limit_take_the_arrays_route():
+    """A cheap construction of a program with 2.25 GiB of weights: the export of an 8-element
+    model with its shapes widened in the module and the manifest, the weight a broadcast view
+    (nbytes 2.25 GiB, 4 bytes of memory). to_jax neither copies nor serializes it; the text
+    route refuses it by name."""
+    import dataclasses
+
+    bundle = export.export(_Scale(), (torch.randn(8),))
+    n = 9 * 2**26  # float32: 2.25 GiB, past jax.export.serialize's 2 GiB flatbuffer
+    text = bundle.module_text.replace("tensor<8xf32>", f"tensor<{n}xf32>")
+    inputs = [dataclasses.replace(i, shape=[n]) for i in bundle.manifest.inputs]
+    (w,) = [i for i in inputs if i.kind == "parameter"]
+    huge = np.broadcast_to(np.float32(0.5), (n,))
+    big = export.Bundle(text, dataclasses.replace(bundle.manifest, inputs=inputs), {w.file: huge})
+    exp = export.to_jax(big)
+    assert exp.weights[0] is huge  # bound as the array it is: no copy, no text
+    assert [tuple(a.shape) for a in exp.exported.in_avals] == [(n,), (n,)]
+    assert len(exp.exported.serialize()) < 2**16  # the program alone goes into jax's flatbuffer
+    with pytest.raises(export.WeightsTooLargeError, match=r"2415919104 bytes .* INLINE_LIMIT_BYTES"):
+        export.inline_constants(big, weights=True)
