@@ -65,7 +65,7 @@ def test_what_is_not_a_serialized_exported(saved, tmp_path):
     junk = tmp_path / "junk"
     shutil.copytree(path / export.JAX_EXPORT_DIR, junk)
     (junk / "exported.jax").write_bytes(os.urandom(64))
-    with pytest.raises(export.BundleError, match="exported.jax: not a jax.export serialization"):
+    with pytest.raises(export.BundleError, match="exported.jax: not a jax.export"):
         export.load_jax(junk)
     bare = tmp_path / "bare"
     shutil.copytree(path, bare)

@@ -75,6 +75,7 @@ def deserialize(data: bytes) -> Any:
 
     try:
         return jax.export.deserialize(bytearray(data))
-    except (ValueError, TypeError, IndexError, AssertionError, UnicodeDecodeError, struct.error) as e:
+    except (ValueError, TypeError, IndexError, AssertionError, UnicodeDecodeError, struct.error,
+            NotImplementedError) as e:  # NotImplementedError: jax's 'unsupported version N'
         # flatbuffers reads whatever the bytes say: a truncated or foreign file fails anywhere.
         raise ValueError(f"not a jax.export serialization this JAX reads ({type(e).__name__}: {e})") from None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -241,6 +242,8 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
         raise BundleTypeError(f"path: expected a directory written by JaxExport.save (or a bundle saved with "
                               f"jax_export=True), got {type(path).__name__}")
     path = os.fspath(path)
+    if not os.path.exists(path):
+        raise BundleFileNotFoundError(f"{path}: missing (a directory written by JaxExport.save)")
     if os.path.isdir(os.path.join(path, JAX_EXPORT_DIR)):
         path = os.path.join(path, JAX_EXPORT_DIR)
     epath, wpath = os.path.join(path, EXPORTED_FILE), os.path.join(path, WEIGHTS_FILE)
@@ -248,10 +251,11 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     try:
         exported = jax_export.deserialize(data)
     except ValueError as e:
-        if "unsupported version" in str(e):  # jax's message for a newer serialization version
+        newer = re.search(r"unsupported version (\d+)", str(e))  # jax's words for a version it lacks
+        if newer and int(newer.group(1)) > 0:
             raise BundleVersionError(f"{epath}: written by a newer jax.export than jax {jax.__version__} reads "
                                      f"({e})") from None
-        raise BundleError(f"{epath}: {e}") from None
+        raise BundleError(f"{epath}: not a jax.export.Exported this JAX ({jax.__version__}) reads: {e}") from None
     low, high = jax_export.calling_convention_window()
     version = exported.calling_convention_version
     if not low <= version <= high:
