@@ -91,7 +91,7 @@ def test_inline_constants_refuses_more_than_its_text_limit(monkeypatch):
 def test_load_jax_names_the_file_it_cannot_read(small_and_large, tmp_path):
     (_, _, small), _ = small_and_large
     path = tmp_path / "m.jax"
-    with pytest.raises(export.BundleFileNotFoundError, match="exported.jax"):
+    with pytest.raises(export.BundleFileNotFoundError, match="m.jax: missing"):
         export.load_jax(path)
     export.to_jax(small).save(path)
     (path / transforms.EXPORTED_FILE).write_bytes(b"\x00" * 64)
