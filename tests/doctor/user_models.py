@@ -11,3 +11,13 @@ def tiny():
 
 def not_a_pair():
     return torch.nn.Linear(2, 2)
+
+
+def convnext_tiny():
+    """torchvision's ConvNeXt-tiny (random init) at the smallest input its 32x downsampling
+    takes: its forward pass fails under torch.compile(backend="openxla") in torch_xla 2.9."""
+    import torchvision
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    return torchvision.models.convnext_tiny(weights=None).eval(), (torch.randn(1, 3, 32, 32, generator=g),)
