@@ -120,3 +120,30 @@ def test_a_worker_that_dies_is_a_finding_naming_the_signal_and_its_stderr():
 def test_bad_input_still_raises():
     with pytest.raises(gb.GraphBreakError, match="must return \\(model, args\\)"):
         gb.compare("tests.graph_breaks.factories:not_a_pair", modes=("lazy",), steps=1)
+
+
+def test_a_failure_while_the_bridge_runs_a_graph_is_described_by_its_frames():
+    """torch_xla 2.9's bridge fails at run time on a training step that returns `loss.detach()`
+    (a graph it never compiled, see docs/graph_breaks.md): no FX node runs there, and the
+    innermost frame is the bridge's call into torch_xla's C++ runtime."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4).to(DEVICE)
+    x = torch.randn(2, 4).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    torch_xla.sync()
+    with pytest.raises(RuntimeError) as info:
+        torch.compile(step, backend="openxla")(x)
+        torch_xla.sync()
+    f = _dynamo.describe_failure(info.value)
+    assert f["layer"] == "XLA runtime" and "_XLAC._run_cached_graph" in f["raised_by"]
+    assert "torch_xla's openxla bridge" in f["raised_by"] and "torch_xla's openxla bridge" in f["layers"]
+    assert f["node"] is None and f["known"] is None

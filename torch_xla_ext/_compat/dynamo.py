@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import linecache
 import os
 import re
 import threading
@@ -571,7 +572,8 @@ _LAYERS = (
     ("/torch/_dynamo/", "Dynamo"),
     ("/torch_xla/", "torch_xla"),
 )
-_STACK_ENTRY = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n(?:[ \t]+(.*))?')
+_STACK_ENTRY = re.compile(r'File "([^"]+)", line (\d+), in (\S+)(?:\n[ \t]+(.*))?')
+_XLAC_CALL = re.compile(r"_XLAC\.(\w+)")
 
 
 def _layer(path: str) -> str | None:
@@ -590,12 +592,15 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _frames(exc: BaseException) -> list[Any]:
-    """Every Python frame the exception passed through, outermost first (its whole chain)."""
+    """Every Python frame the exception and what it wraps passed through, outermost first (a
+    wrapper is raised where it caught what it wraps, so the innermost exception's frames are the
+    deepest); torch_xla_ext's own frames (our wrappers call through) are left out."""
     seen: list[Any] = []
-    for e in reversed(_chain(exc)):  # the innermost exception's frames are the deepest
+    for e in _chain(exc):
         tb = e.__traceback__
         while tb is not None:
-            seen.append((tb.tb_frame, tb.tb_lineno))
+            if "/torch_xla_ext/" not in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+                seen.append((tb.tb_frame, tb.tb_lineno))
             tb = tb.tb_next
     return seen
 
@@ -624,8 +629,9 @@ def _user_line(stack_trace: str | None) -> dict[str, Any] | None:
 def describe_failure(exc: BaseException) -> dict[str, Any]:
     """What a failed compiled (or lazy) step tells a user, from the exception itself: the
     exception's first line, whose code raised it (the innermost layer among torch_xla's openxla
-    bridge, AOTAutograd, Dynamo, torch_xla and the model's code, or torch_xla's C++ kernel of an
-    aten op), the FX node being run and its aten op, the model's source line, and a known
+    bridge, AOTAutograd, Dynamo, torch_xla and the model's code; torch_xla's C++ kernel of an
+    aten op; torch_xla's C++ runtime or XLA when the innermost Python frame is a call into
+    ``_XLAC``), the FX node being run and its aten op, the model's source line, and a known
     workaround (:data:`KNOWN_FAILURES`) where there is one.
 
     The node and the op come from the frames the exception passed through (the FX interpreter's
@@ -679,6 +685,12 @@ def describe_failure(exc: BaseException) -> dict[str, Any]:
         layer_key = "torch_xla"
     elif deepest_layer is not None:
         raised_by, layer_key = deepest_layer, deepest_layer
+        # A torch_xla frame calling into its C++ runtime (_XLAC): compiling or running through XLA.
+        call = _XLAC_CALL.search(linecache.getline(deepest[0], deepest[1]) or "") if deepest_layer != "Dynamo" else None
+        if call is not None and deepest_layer != "AOTAutograd":
+            raised_by = (f"torch_xla's C++ runtime or XLA beneath it (_XLAC.{call.group(1)}, called by "
+                         f"{deepest_layer})")
+            layer_key = "XLA runtime"
         raised_by += f" ({os.path.basename(deepest[0])}:{deepest[1]} in {deepest[2]})"
     else:
         raised_by, layer_key = "the model's code", "model"
