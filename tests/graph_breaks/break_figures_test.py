@@ -7,6 +7,7 @@ Oracles: torch._dynamo.utils.counters["graph_break"], torch's structured trace
 (dynamo_graph_break_reason artifacts), torch._dynamo.explain's break_reasons."""
 
 import collections
+import logging
 import os
 import sys
 
@@ -40,6 +41,40 @@ class Branchy(torch.nn.Module):
         return self.b(h)
 
 
+class Looped(torch.nn.Module):
+    """A break inside a for loop: Dynamo logs it and skips the whole frame."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        for _ in range(2):
+            h = h + h.mean().item()
+        return h
+
+
+class SkipLog(logging.Handler):
+    """Dynamo's own log line for a frame it gives up on after a break in a loop."""
+
+    def __enter__(self):
+        super().__init__(level=logging.INFO)
+        self.count = 0
+        self._log = logging.getLogger("torch._dynamo.symbolic_convert")
+        self._level = self._log.level
+        self._log.setLevel(logging.INFO)
+        self._log.addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        self._log.removeHandler(self)
+        self._log.setLevel(self._level)
+
+    def emit(self, record):
+        self.count += record.getMessage().startswith("Skipping frame because there is a graph break in a for/while loop")
+
+
 def explain_reasons(fn, *args, **kwargs) -> list[str]:
     torch._dynamo.reset()
     return [str(r.reason) for r in torch._dynamo.explain(fn)(*args, **kwargs).break_reasons]
@@ -50,11 +85,13 @@ def measure(fn, *args, **kwargs):
     compiled call of fn."""
     torch._dynamo.reset()
     before = sum(counters["graph_break"].values())
-    with oracles.TraceLog() as tl, gb.account() as ledger:
+    with oracles.TraceLog() as tl, SkipLog() as skips, gb.account() as ledger:
         torch.compile(fn, backend="openxla")(*args, **kwargs)
         torch_xla.sync()
     counted = sum(counters["graph_break"].values()) - before
-    return ledger.report(), counted, tl.kinds["artifact:dynamo_graph_break_reason"], explain_reasons(fn, *args, **kwargs)
+    r = ledger.report()
+    assert r.num_skipped_frames == skips.count
+    return r, counted, tl.kinds["artifact:dynamo_graph_break_reason"], explain_reasons(fn, *args, **kwargs)
 
 
 def check_each_figure(r, counted, logged, reasons):
@@ -65,9 +102,9 @@ def check_each_figure(r, counted, logged, reasons):
     assert figures["data_dependent_jumps"]["value"] == sum(x.startswith("generic_jump") for x in reasons)
     assert figures["inherited_splits"]["value"] == sum(x == "step_unsupported" for x in reasons)
     assert figures["graphs_ended_by_break"]["value"] == len(reasons)
-    # The definitions hold between the oracles themselves: a logged break is a counted one or a
-    # data-dependent jump in the frame's own code.
-    assert logged == counted + r.num_data_dependent_jumps
+    # The definitions hold between the oracles themselves: a logged break is a counted one, a
+    # data-dependent jump in the frame's own code, or a break in a loop that skipped its frame.
+    assert logged == counted + r.num_data_dependent_jumps + r.num_skipped_frames
 
 
 @pytest.mark.parametrize("train", [False, True], ids=["forward", "train"])
@@ -130,3 +167,20 @@ def test_inherited_splits_on_a_model_we_did_not_design():
     check_each_figure(r, counted, logged, reasons)
     per_type = collections.Counter(b["gb_type"] for b in r.fx_breaks for _ in range(b["count"] - b["inherited"]))
     assert sum(per_type.values()) == logged
+
+
+def test_a_break_in_a_loop_skips_the_frame_and_is_logged_not_counted():
+    model = Looped().to(DEVICE)
+    x = torch.randn(4, 8).to(DEVICE)
+    torch_xla.sync()
+
+    def forward(x):
+        with torch.no_grad():
+            return model(x)
+
+    r, counted, logged, reasons = measure(forward, x)
+    check_each_figure(r, counted, logged, reasons)
+    assert r.num_skipped_frames == 1
+    (row,) = [b for b in r.fx_breaks if b.get("skipped_frames")]
+    assert "Tensor.item()" in row["gb_type"] and row["frame"].endswith(f"{os.path.basename(__file__)}:"
+                                                                        f"{Looped.forward.__code__.co_firstlineno + 3}")

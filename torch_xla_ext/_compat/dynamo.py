@@ -206,6 +206,23 @@ def _cause_inside(cid: str | None, call: Any) -> tuple[str, Any] | None:
     return None
 
 
+def _skipped_frame(cid: str, code: Any) -> None:
+    """A break Dynamo logged that no split followed: it gave up on the whole frame (a break inside
+    a for/while loop raises SkipFrame), which then runs uncompiled. Reported as a logged break of
+    origin "frame_skipped"."""
+    pending = getattr(_tls, "pending_break", None)
+    if pending is None or pending[0] != cid:
+        return
+    record = parse_graph_break(pending[1])
+    frame = pending[2]
+    record.update(dynamo_reason="frame skipped: a graph break in a for/while loop", origin="frame_skipped",
+                  counted=False, split_at=None,
+                  file=str(getattr(frame, "filename", None) or code.co_filename),
+                  line=int(getattr(frame, "lineno", None) or code.co_firstlineno),
+                  function=str(getattr(frame, "name", None) or code.co_name))
+    _each("on_graph_break", cid, record)
+
+
 def _each(method: str, *args: Any) -> None:
     for s in _sinks:
         getattr(s, method)(*args)
@@ -258,6 +275,7 @@ def _install() -> None:
                 _each("on_compile_end", cid, _now(), _first_line(e))
                 raise
             finally:
+                _skipped_frame(cid, code)
                 _tls.pending_break = None
             _each("on_compile_end", cid, _now(), None)
             return result
@@ -268,7 +286,8 @@ def _install() -> None:
         # that follows does not (a data-dependent jump's reason is just "generic_jump ...").
         @functools.wraps(original)
         def wrapper(code_options, reason="", *args, **kwargs):
-            _tls.pending_break = (_compile_id(), str(reason))
+            stack = kwargs.get("user_stack") or (args[1] if len(args) > 1 else None)
+            _tls.pending_break = (_compile_id(), str(reason), stack[-1] if stack else None)
             return original(code_options, reason, *args, **kwargs)
         return wrapper
 

@@ -136,6 +136,7 @@ class GraphBreakLedger:
         row["count"] += 1
         row["counted"] += int(bool(record.get("counted")))  # in Dynamo's counters["graph_break"]
         row["jumps"] += int(record.get("origin") == "jump")  # a jump in the frame's own code
+        row["skipped_frames"] = row.get("skipped_frames", 0) + int(record.get("origin") == "frame_skipped")
         row["compile_ids"].append(compile_id)
         if inherited:
             row["inherited"] += 1

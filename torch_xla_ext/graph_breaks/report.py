@@ -42,8 +42,9 @@ SCHEMA = "torch_xla_ext.graph_breaks.report/2"
 # ties each value to its upstream record.
 BREAK_FIGURES: tuple[tuple[str, str, str, str], ...] = (
     ("logged_breaks", "graph breaks (logged)",
-     "Every split Dynamo logs as a graph break: the counted breaks plus the data-dependent jumps in a "
-     "frame's own code. A break inside an inlined call is logged twice when its frame is compiled on its "
+     "Every graph break Dynamo logs: the counted breaks, the data-dependent jumps in a frame's own code, "
+     "and the breaks in a loop that made it skip the frame. A break inside an inlined call is logged twice "
+     "when its frame is compiled on its "
      "own later (once where the caller splits at the call, once in the callee's frame). This is the "
      "'graph breaks' figure of the side-by-side table.",
      "the structured trace's dynamo_graph_break_reason artifacts (TORCH_TRACE, TORCH_LOGS=graph_breaks)"),
@@ -54,6 +55,10 @@ BREAK_FIGURES: tuple[tuple[str, str, str, str], ...] = (
     ("data_dependent_jumps", "data-dependent jumps",
      "Branches on a tensor's value in a frame's own code: logged, split there, not counted.",
      "explain().break_reasons whose reason starts with 'generic_jump'"),
+    ("skipped_frames", "frames skipped after a break in a loop",
+     "Breaks inside a for/while loop: Dynamo logs the break, then gives up on the whole frame (SkipFrame), "
+     "which runs uncompiled (lazy tensors on XLA); not counted, no split.",
+     "Dynamo's log 'Skipping frame because there is a graph break in a for/while loop' (TORCH_LOGS=dynamo)"),
     ("inherited_splits", "splits inherited from an inlined call",
      "Splits a caller takes at a call because something inside the inlined callee is unsupported, "
      "without logging or counting them (GraphCompileReason 'step_unsupported'); listed under the break "
@@ -140,11 +145,18 @@ class GraphBreakReport:
         splits there (its GraphCompileReason says "generic_jump ...") but does not count it."""
         return sum(b.get("jumps", 0) for b in self.fx_breaks)
 
+    @property
+    def num_skipped_frames(self) -> int:
+        """Frames Dynamo gave up on after logging a break inside a for/while loop (SkipFrame):
+        the whole frame then runs uncompiled."""
+        return sum(b.get("skipped_frames", 0) for b in self.fx_breaks)
+
     def break_figures(self) -> list[dict[str, Any]]:
         """Every break figure with the events it counts and the upstream record of the same
         events (:data:`BREAK_FIGURES`), so no two figures are mistaken for one another."""
         values = {"logged_breaks": self.num_fx_breaks, "counted_breaks": self.num_counted_breaks,
                   "data_dependent_jumps": self.num_data_dependent_jumps,
+                  "skipped_frames": self.num_skipped_frames,
                   "inherited_splits": self.num_inherited_splits, "graphs_ended_by_break": self.graphs_ended_by_break}
         return [{"figure": k, "label": label, "value": values[k], "counts": counts, "oracle": oracle}
                 for k, label, counts, oracle in BREAK_FIGURES]
@@ -162,6 +174,7 @@ class GraphBreakReport:
         d["num_inherited_splits"] = self.num_inherited_splits
         d["num_counted_breaks"] = self.num_counted_breaks
         d["num_data_dependent_jumps"] = self.num_data_dependent_jumps
+        d["num_skipped_frames"] = self.num_skipped_frames
         d["break_figures"] = self.break_figures()
         return d
 
