@@ -590,6 +590,7 @@ _LAYERS = (
     ("/torch/_functorch/", "AOTAutograd"),
     ("/torch/_dynamo/", "Dynamo"),
     ("/torch_xla/", "torch_xla"),
+    ("/torch/", "PyTorch"),
 )
 _STACK_ENTRY = re.compile(r'File "([^"]+)", line (\d+), in (\S+)(?:\n[ \t]+(.*))?')
 _XLAC_CALL = re.compile(r"_XLAC\.(\w+)")

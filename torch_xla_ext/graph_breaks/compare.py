@@ -123,6 +123,9 @@ class Comparison:
         """What a user can do about one mode's failure: the known workaround of the op, the other
         mode where it ran, and how to keep the failing code out of the compiled graph."""
         out = []
+        if failure.get("layer") in ("PyTorch", "model"):
+            out.append("Run the same step eagerly on the CPU with the same inputs: if it fails there too, the cause is "
+                       "the model or its inputs (e.g. batch norm in training on one value per channel), not torch_xla.")
         known = failure.get("known")
         if known:
             out.append(known["workaround"])
