@@ -147,3 +147,25 @@ def test_a_failure_while_the_bridge_runs_a_graph_is_described_by_its_frames():
     assert f["layer"] == "XLA runtime" and "_XLAC._run_cached_graph" in f["raised_by"]
     assert "torch_xla's openxla bridge" in f["raised_by"] and "torch_xla's openxla bridge" in f["layers"]
     assert f["node"] is None and f["known"] is None
+
+
+def one_value_norm(x):
+    return F.batch_norm(x, None, None, training=True)  # one value per channel: PyTorch refuses
+
+
+def test_a_failure_in_pytorchs_own_code_is_named_as_pytorchs():
+    """The same failure as torchvision's efficientnet_b0 training step at batch 1 (its squeeze-
+    excitation block normalises one value per channel): raised by PyTorch's own check while
+    Dynamo runs the node on fake tensors, so the advice starts with the CPU eager check."""
+    torch._dynamo.reset()
+    x = torch.randn(1, 4).to(DEVICE)
+    with pytest.raises(Exception) as info:
+        torch.compile(one_value_norm, backend="openxla")(x)
+    with pytest.raises(ValueError):  # the oracle: CPU eager fails the same way
+        one_value_norm(x.cpu())
+    f = _dynamo.describe_failure(info.value)
+    assert f["layer"] == "PyTorch" and f["raised_by"].startswith("PyTorch (functional.py:")
+    assert f["aten_op"] == "aten::batch_norm" and f["node"]["target"].endswith("batch_norm")
+    assert f["source"]["line"] == inspect.getsourcelines(one_value_norm)[1] + 1
+    cmp = gb.Comparison({}, 0, 1)
+    assert cmp.try_instead(dict(f, mode="dynamo"))[0].startswith("Run the same step eagerly on the CPU")

@@ -699,7 +699,7 @@ def describe_failure(exc: BaseException) -> dict[str, Any]:
         if node_op is None and isinstance(name, str) and hasattr(torch.ops.aten, name):
             node_op = f"aten::{name}"
     if deepest and deepest[0].replace("\\", "/").endswith("/torch/_ops.py") and op and op_on_xla:
-        during = next((ly for ly in reversed(layers) if ly != "torch_xla"), None)
+        during = next((ly for ly in reversed(layers) if ly not in ("torch_xla", "PyTorch")), None)
         what = f" {node_op}" if node_op and node_op != op else " the graph"
         raised_by = f"torch_xla's C++ kernel for {op}" + (f", called while {during} traced{what}" if during else "")
         layer_key = "torch_xla"
