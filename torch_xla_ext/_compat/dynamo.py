@@ -726,6 +726,8 @@ def describe_failure(exc: BaseException) -> dict[str, Any]:
                       "code": (frame.line or "").strip()}
     text = str(inner).strip()
     first = text.splitlines()[0] if text else ""
+    if len(first) > 400:  # Dynamo's fake-tensor errors put every argument on the first line
+        first = first[:400] + " ..."
     known = next((k for k in KNOWN_FAILURES if k["aten_op"] in (node_op, op) and k["message"] in text), None)
     return {
         "exception": f"{type(inner).__name__}: {first}",

@@ -117,7 +117,7 @@ class Comparison:
     def cell(self, fn: Callable[[ModeResult], Any], mode: str) -> str:
         """One cell of the side-by-side table; a mode that failed has no figures to compare."""
         r = self.modes[mode]
-        return str(fn(r)) if r.ok else "failed"
+        return str(fn(r)) if r.ok or fn(r) == r.isolation else "failed"
 
     def try_instead(self, failure: dict[str, Any]) -> list[str]:
         """What a user can do about one mode's failure: the known workaround of the op, the other
