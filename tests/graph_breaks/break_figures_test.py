@@ -72,7 +72,8 @@ class SkipLog(logging.Handler):
         self._log.setLevel(self._level)
 
     def emit(self, record):
-        self.count += record.getMessage().startswith("Skipping frame because there is a graph break in a for/while loop")
+        message = record.getMessage()
+        self.count += message.startswith("Skipping frame because there is a graph break in a for/while loop")
 
 
 def explain_reasons(fn, *args, **kwargs) -> list[str]:

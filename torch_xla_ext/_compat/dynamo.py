@@ -631,7 +631,8 @@ def _target_name(target: Any) -> str:
         return op
     if isinstance(target, str):
         return target
-    mod, qual = getattr(target, "__module__", None), getattr(target, "__qualname__", None) or getattr(target, "__name__", "")
+    mod = getattr(target, "__module__", None)
+    qual = getattr(target, "__qualname__", None) or getattr(target, "__name__", "")
     return f"{mod}.{qual}" if mod else str(qual or target)
 
 

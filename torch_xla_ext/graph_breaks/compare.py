@@ -307,7 +307,8 @@ def failure_markdown(f: dict[str, Any], cmp: Comparison | None = None) -> str:
     if node:
         out.append(f"- FX node: `{node['name']}` ({node['op']} `{node['target']}`)")
     if f.get("aten_op"):
-        extra = f" (raised in `{f['raised_in_op']}`)" if f.get("raised_in_op") and f["raised_in_op"] != f["aten_op"] else ""
+        other = f.get("raised_in_op")
+        extra = f" (raised in `{other}`)" if other and other != f["aten_op"] else ""
         out.append(f"- aten op: `{f['aten_op']}`{extra}")
     src = f.get("source")
     if src:
