@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from torch_xla_ext import collectives, jax_call
 from torch_xla_ext import _device, _factory, _plot
-from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext.errors import InternalError, TorchXlaExtError
 from torch_xla_ext.graph_breaks import _SINK  # where the block's print goes (a break whatever its file)
 
 __all__ = ["DoctorBlock", "DoctorReport", "example", "run"]
@@ -140,8 +140,10 @@ def _made(spec: str) -> _factory.Made:
 
 
 class SectionFailed(Exception):
-    """Raised by a section whose check failed but whose findings must stay in the report: the
-    summary, markdown and data are written as they are, with the section marked as an error."""
+    """Raised by a section whose check failed on the model (a parity exception, an export beyond
+    tolerance, a graph-break mode whose backend failed): the summary, markdown and data are
+    written as they are, with the section marked as a finding. The report is complete, so the
+    command still exits 0."""
 
     def __init__(self, summary: str, markdown: str, data: dict[str, Any]):
         super().__init__(summary)
@@ -151,14 +153,27 @@ class SectionFailed(Exception):
 # ---- the report -----------------------------------------------------------------------------
 
 
+# A section's status: "ok"; "finding" (it produced its report, and the report says something about
+# the model failed: a finding, not an error); "error" (it could not produce its report: a bug of
+# torch_xla_ext or of a library, with the traceback; the command exits 1).
+STATUSES = ("ok", "finding", "error")
+# Exit codes of `torch-xla-ext doctor`: the report was written (findings included); bad input
+# (the --model spec or a flag, named in the message); a section could not produce its report.
+EXIT_REPORT_WRITTEN, EXIT_BUG, EXIT_BAD_INPUT = 0, 1, 2
+
+
 @dataclasses.dataclass
 class Section:
     name: str
-    ok: bool
+    status: str
     summary: str
     markdown: str
     data: dict[str, Any]
     seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
 
 
 @dataclasses.dataclass
@@ -171,18 +186,28 @@ class DoctorReport:
 
     @property
     def ok(self) -> bool:
+        """Every section ran and found nothing wrong."""
         return all(s.ok for s in self.sections)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every section produced its report (findings included), 1 when one could not
+        (a bug: its traceback is in the report)."""
+        return EXIT_BUG if any(s.status == "error" for s in self.sections) else EXIT_REPORT_WRITTEN
 
     def summary(self) -> str:
         lines = [f"torch-xla-ext doctor: {self.model}"]
-        lines += [f"  {'ok ' if s.ok else 'ERR'} {s.name:13s} {s.summary}" for s in self.sections]
+        mark = {"ok": "ok ", "finding": "FND", "error": "ERR"}
+        lines += [f"  {mark[s.status]} {s.name:13s} {s.summary}" for s in self.sections]
         lines += [f"  note: {m}" for m in self.plots_skipped]
         lines.append(f"  report: {os.path.join(self.out_dir, 'report.md')}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "device": _device.current(), "ok": self.ok, "files": self.files, "plots_skipped": self.plots_skipped,
-                "sections": {s.name: {"ok": s.ok, "summary": s.summary, "seconds": round(s.seconds, 3), **s.data}
+        return {"model": self.model, "device": _device.current(), "ok": self.ok, "exit_code": self.exit_code,
+                "files": self.files, "plots_skipped": self.plots_skipped,
+                "sections": {s.name: {"ok": s.ok, "status": s.status, "summary": s.summary,
+                                      "seconds": round(s.seconds, 3), **s.data}
                              for s in self.sections}}
 
     def to_json(self, **kwargs: Any) -> str:
@@ -191,7 +216,10 @@ class DoctorReport:
     def to_markdown(self) -> str:
         out = [f"# torch-xla-ext doctor: {self.model}", "", f"Ran on XLA:{_device.current()}.", "",
                "| section | status | finding |", "|---|---|---|"]
-        out += [f"| {s.name} | {'ok' if s.ok else 'error'} | {s.summary} |" for s in self.sections]
+        out += [f"| {s.name} | {s.status} | {s.summary} |" for s in self.sections]
+        if any(s.status == "finding" for s in self.sections):
+            out += ["", "A *finding* is about the model on this stack (a mode or a check that failed on it); "
+                    "the section still produced its report. An *error* is a bug of torch_xla_ext or a library."]
         if self.plots_skipped:
             out += ["", "Plots skipped (every number above is still computed):", ""]
             out += [f"- {m}" for m in self.plots_skipped]
@@ -408,12 +436,22 @@ def _graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, st
     graph_breaks.write_trace(os.path.join(out_dir, "graph_breaks.trace.json"),
                              [cmp.modes[m].report for m in cmp.modes], labels=list(cmp.modes))
     lazy, dyn = cmp.modes["lazy"], cmp.modes["dynamo"]
-    summary = (f"dynamo: {dyn.report.fx_graphs} graphs, {dyn.report.num_fx_breaks} breaks, "
-               f"{dyn.report.xla_partitions} XLA partitions; {lazy.median_ms:.1f} ms/step lazy vs "
-               f"{dyn.median_ms:.1f} dynamo")
+    parts = []
+    if dyn.ok:
+        parts.append(f"dynamo: {dyn.report.fx_graphs} graphs, {dyn.report.num_fx_breaks} breaks, "
+                     f"{dyn.report.xla_partitions} XLA partitions")
+    for m, f in cmp.failures.items():
+        where = f" at {f['aten_op']}" if f.get("aten_op") else ""
+        src = f.get("source")
+        where += f" ({os.path.basename(src['file'])}:{src['line']})" if src else ""
+        parts.append(f"{m} failed{where}: {f['exception']} [raised by {f['raised_by'].split(' (')[0]}]")
+    parts.append("; ".join(f"{m.median_ms:.1f} ms/step {m.mode}" for m in (lazy, dyn) if m.ok) or "no mode ran")
+    summary = "; ".join(parts)
     md = (cmp.to_markdown() + ("\n\n![graph breaks, lazy vs dynamo](graph_breaks.png)" if plotted else "") + "\n\n"
           "Full report (structured breaks, per compile id view, timeline): [graph_breaks.html](graph_breaks.html); "
           "Perfetto/Chrome trace: `graph_breaks.trace.json`")
+    if cmp.failures:  # a mode that failed is a finding about the model; the other mode's figures stay
+        raise SectionFailed(summary, md, cmp.to_dict(timeline=False))
     return summary, md, cmp.to_dict(timeline=False)
 
 
@@ -424,7 +462,10 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
         progress: Callable[[str], None] | None = None) -> DoctorReport:
     """Runs every section on the embedded example (or a ``module:factory`` returning
     ``(nn.Module, args)`` or ``(nn.Module, args, kwargs)``) and writes report.md, report.json, PNGs and bundle/ under ``out_dir``.
-    A section that fails is reported with its error; the others still run."""
+    A section whose check fails on the model is a *finding* (its report is kept, e.g. a graph-break
+    mode whose backend failed, named by node, op, source line and whose code raised); a section
+    that cannot produce its report is an *error*; the others still run either way.
+    ``report.exit_code`` is what the command returns (0 report written, 1 a section's error)."""
     progress = progress or (lambda s: None)
     os.makedirs(out_dir, exist_ok=True)
     if model is None:
@@ -457,20 +498,21 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
         t0 = time.perf_counter()
         try:
             summary, md, data = fn()
-            ok = True
-        except SectionFailed as f:  # the check failed; its figures stay in the report
-            summary, md, data, ok = f.summary, f.markdown, f.data, False
+            status = "ok"
+        except SectionFailed as f:  # the check failed on the model; its figures stay in the report
+            summary, md, data, status = f.summary, f.markdown, f.data, "finding"
         except Exception as e:
-            # A failing section is reported (with its traceback) and the others still run; the
-            # report is not ok, so the command exits 1. Our typed errors name the bad input; any
-            # other exception is a bug of ours or of a library, marked as such.
-            ours = isinstance(e, TorchXlaExtError)
+            # The others still run. A typed error of ours (not an InternalError) is the component
+            # naming what in this model it cannot handle: a finding. Anything else is a bug of
+            # ours or of a library: an error, with its traceback, and the command exits 1.
+            finding = isinstance(e, TorchXlaExtError) and not isinstance(e, InternalError)
             summary = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            if not ours:
+            if not finding:
                 summary = f"unexpected {summary}"
             md = "```\n" + traceback.format_exc() + "```"
-            data, ok = {"error": summary, "error_type": f"{type(e).__module__}.{type(e).__qualname__}",
-                        "code": getattr(e, "code", None)}, False
+            data = {"error": summary, "error_type": f"{type(e).__module__}.{type(e).__qualname__}",
+                    "code": getattr(e, "code", None)}
+            status = "finding" if finding else "error"
         dt = time.perf_counter() - t0
         skipped = _plot.take_skipped()
         if skipped:
@@ -480,7 +522,7 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
             for m in skipped:
                 progress(f"[{i}/{len(plan)}] {sec}: {m}")
         progress(f"[{i}/{len(plan)}] {sec}: {summary} ({dt:.1f} s)")
-        sections.append(Section(sec, ok, summary, md, _json_safe(data), dt))
+        sections.append(Section(sec, status, summary, md, _json_safe(data), dt))
 
     files = sorted(os.path.relpath(os.path.join(d, f), out_dir) for d, _, fs in os.walk(out_dir) for f in fs)
     files = sorted(set(files) | {"report.md", "report.json"})

@@ -121,3 +121,13 @@ def test_bad_model_spec_names_the_flag(tmp_path, spec, message):
     proc = _cli("--model", spec, "--out", str(tmp_path / "r"), cwd=HERE)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+def test_exit_code_follows_the_section_statuses():
+    def report(*statuses):
+        return doctor.DoctorReport("m", ".", [doctor.Section(f"s{i}", st, "", "", {}, 0.0)
+                                              for i, st in enumerate(statuses)], [])
+
+    assert report("ok", "ok").exit_code == 0 and report("ok", "ok").ok
+    assert report("ok", "finding").exit_code == 0 and not report("ok", "finding").ok
+    assert report("finding", "error").exit_code == 1

@@ -58,3 +58,38 @@ def rank_mlp():
     torch.manual_seed(0)
     diverge = os.environ.get("RANK") is not None and os.environ.get("RANK") == os.environ.get("DIVERGE_RANK")
     return RankMlp(diverge), (torch.randn(4, 8, generator=torch.Generator().manual_seed(1)),)
+
+def small_convnext():
+    """torchvision's ConvNeXt architecture in a small config (2 stages of 1 block): like
+    convnext_tiny, its forward pass and training step fail under torch.compile(backend="openxla")
+    in torch_xla 2.9 at the final adaptive_avg_pool2d, and run in lazy mode."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    torch.manual_seed(0)
+    model = ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)]).eval()
+    return model, (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1)),)
+
+
+def small_swin():
+    """torchvision's Swin Transformer in a small config; fails like swin_t."""
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    torch.manual_seed(0)
+    model = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[1, 2],
+                            window_size=[2, 2]).eval()
+    return model, (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1)),)
+
+
+class _Segfault(torch.nn.Module):
+    def forward(self, x):
+        import os
+        import signal
+        import sys
+
+        print("about to crash in native code", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)  # what a crash inside torch_xla's C++ looks like from outside
+        return x
+
+
+def segfault():
+    return _Segfault(), (torch.ones(2),)

@@ -29,6 +29,8 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import linecache
+import os
 import re
 import threading
 import time
@@ -50,8 +52,8 @@ from torch._functorch.aot_autograd import get_graph_being_compiled
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.errors import InternalError
 
-__all__ = ["BridgeSink", "BridgeWatch", "TorchXlaBridgeBug", "aten_op_name", "parse_graph_break",
-           "replica", "reset_dynamo"]
+__all__ = ["BridgeSink", "BridgeWatch", "KNOWN_FAILURES", "TorchXlaBridgeBug", "aten_op_name", "describe_failure",
+           "parse_graph_break", "replica", "reset_dynamo"]
 
 
 class TorchXlaBridgeBug(InternalError):
@@ -204,6 +206,23 @@ def _cause_inside(cid: str | None, call: Any) -> tuple[str, Any] | None:
     return None
 
 
+def _skipped_frame(cid: str, code: Any) -> None:
+    """A break Dynamo logged that no split followed: it gave up on the whole frame (a break inside
+    a for/while loop raises SkipFrame), which then runs uncompiled. Reported as a logged break of
+    origin "frame_skipped"."""
+    pending = getattr(_tls, "pending_break", None)
+    if pending is None or pending[0] != cid:
+        return
+    record = parse_graph_break(pending[1])
+    frame = pending[2]
+    record.update(dynamo_reason="frame skipped: a graph break in a for/while loop", origin="frame_skipped",
+                  counted=False, split_at=None,
+                  file=str(getattr(frame, "filename", None) or code.co_filename),
+                  line=int(getattr(frame, "lineno", None) or code.co_firstlineno),
+                  function=str(getattr(frame, "name", None) or code.co_name))
+    _each("on_graph_break", cid, record)
+
+
 def _each(method: str, *args: Any) -> None:
     for s in _sinks:
         getattr(s, method)(*args)
@@ -247,6 +266,7 @@ def _install() -> None:
             cid = str(kwargs.get("compile_id"))
             _tls.pending_break = None
             _tls.unsupported = None
+            _tls.counted = None
             _tls.breaks = {}
             _each("on_compile_start", cid, code.co_name, code.co_filename, int(code.co_firstlineno), _now())
             try:
@@ -255,6 +275,7 @@ def _install() -> None:
                 _each("on_compile_end", cid, _now(), _first_line(e))
                 raise
             finally:
+                _skipped_frame(cid, code)
                 _tls.pending_break = None
             _each("on_compile_end", cid, _now(), None)
             return result
@@ -265,7 +286,8 @@ def _install() -> None:
         # that follows does not (a data-dependent jump's reason is just "generic_jump ...").
         @functools.wraps(original)
         def wrapper(code_options, reason="", *args, **kwargs):
-            _tls.pending_break = (_compile_id(), str(reason))
+            stack = kwargs.get("user_stack") or (args[1] if len(args) > 1 else None)
+            _tls.pending_break = (_compile_id(), str(reason), stack[-1] if stack else None)
             return original(code_options, reason, *args, **kwargs)
         return wrapper
 
@@ -276,6 +298,8 @@ def _install() -> None:
         @functools.wraps(original)
         def wrapper(self, category="unimplemented"):
             original(self, category)
+            if category == "graph_break":  # what counters["graph_break"] counts: the next split is this one
+                _tls.counted = (_compile_id(),)
             if category == "unimplemented":  # the message and the frames, not the exception and its traceback
                 raised = getattr(_tls, "unsupported", None)
                 if raised is None:
@@ -308,7 +332,9 @@ def _install() -> None:
             if origin != "inherited" and not record["structured"] and pending is not None and pending[0] == cid:
                 record = parse_graph_break(pending[1])
             _tls.pending_break = None
-            record.update(dynamo_reason=head, origin=origin,
+            counted = origin == "break" and getattr(_tls, "counted", None) == (cid,)
+            _tls.counted = None
+            record.update(dynamo_reason=head, origin=origin, counted=counted,
                           file=str(getattr(frame, "filename", "") or ""),
                           line=int(getattr(frame, "lineno", 0) or 0),
                           function=str(getattr(frame, "name", "") or ""),
@@ -535,3 +561,185 @@ class BridgeWatch:
             _set_tap_ledgers()
             if not _sinks:
                 _uninstall()
+
+
+# ---- a mode that failed: what, where, whose, what to try -----------------------------------------
+
+# Failures of torch_xla's stack met on real models, each with the workaround verified on them:
+# (aten op, text of the upstream message we match, what happens, what to try). The message text is
+# torch_xla's; tests/graph_breaks/findings_test.py runs the real failure and checks it still reads so.
+KNOWN_FAILURES: tuple[dict[str, str], ...] = (
+    {"aten_op": "aten::adaptive_avg_pool2d", "message": "Expected XLA tensor",
+     "cause": "While AOTAutograd traces aten::adaptive_avg_pool2d on an input that is not in the default "
+              "contiguous layout (a channels_last input, or what the permute/LayerNorm/permute blocks before "
+              "ConvNeXt's and Swin's final pooling leave), the op restrides its output with aten::as_strided_, "
+              "and torch_xla's kernel for that is handed AOTAutograd's functional tensor instead of an XLA "
+              "tensor. Lazy mode never traces, so it runs the same model.",
+     "workaround": "For an output size of 1 (global average pooling, nn.AdaptiveAvgPool2d(1)), compute the same "
+                   "value as `x.mean((-2, -1), keepdim=True)` (e.g. replace `model.avgpool` with a module that "
+                   "does that): checked under torch.compile(backend='openxla') on torchvision's convnext_tiny "
+                   "and swin_t, and on a channels_last input."},
+)
+
+# The layers a Python frame belongs to, by the path of its file (the innermost match names whose
+# code raised).
+_LAYERS = (
+    ("/torch_xla/_dynamo/", "torch_xla's openxla bridge"),
+    ("/torch_xla/core/dynamo_bridge", "torch_xla's openxla bridge"),
+    ("/torch/_dynamo/backends/torchxla", "torch_xla's openxla bridge"),
+    ("/torch/_functorch/", "AOTAutograd"),
+    ("/torch/_dynamo/", "Dynamo"),
+    ("/torch_xla/", "torch_xla"),
+    ("/torch/", "PyTorch"),
+)
+_STACK_ENTRY = re.compile(r'File "([^"]+)", line (\d+), in (\S+)(?:\n[ \t]+(.*))?')
+_XLAC_CALL = re.compile(r"_XLAC\.(\w+)")
+
+
+def _layer(path: str) -> str | None:
+    p = path.replace("\\", "/")
+    return next((name for part, name in _LAYERS if part in p), None)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc``, what it wraps (Dynamo's ``inner_exception``) and its causes, outermost first."""
+    out: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in out and len(out) < 16:
+        out.append(e)
+        e = getattr(e, "inner_exception", None) or e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    return out
+
+
+def _frames(exc: BaseException) -> list[Any]:
+    """Every Python frame the exception and what it wraps passed through, outermost first (a
+    wrapper is raised where it caught what it wraps, so the innermost exception's frames are the
+    deepest); torch_xla_ext's own frames (our wrappers call through) are left out."""
+    seen: list[Any] = []
+    for e in _chain(exc):
+        tb = e.__traceback__
+        while tb is not None:
+            if "/torch_xla_ext/" not in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+                seen.append((tb.tb_frame, tb.tb_lineno))
+            tb = tb.tb_next
+    return seen
+
+
+def _target_name(target: Any) -> str:
+    op = aten_op_name(target)
+    if op is not None:
+        return op
+    if isinstance(target, str):
+        return target
+    mod = getattr(target, "__module__", None)
+    qual = getattr(target, "__qualname__", None) or getattr(target, "__name__", "")
+    return f"{mod}.{qual}" if mod else str(qual or target)
+
+
+def _user_line(stack_trace: str | None) -> dict[str, Any] | None:
+    """The innermost entry of an FX node's ``meta['stack_trace']`` (Python's traceback format)."""
+    if not stack_trace:
+        return None
+    entries = _STACK_ENTRY.findall(stack_trace)
+    if not entries:
+        return None
+    file, line, func, code = entries[-1]
+    return {"file": file, "line": int(line), "function": func, "code": (code or "").strip()}
+
+
+def describe_failure(exc: BaseException) -> dict[str, Any]:
+    """What a failed compiled (or lazy) step tells a user, from the exception itself: the
+    exception's first line, whose code raised it (the innermost layer among torch_xla's openxla
+    bridge, AOTAutograd, Dynamo, torch_xla and the model's code; torch_xla's C++ kernel of an
+    aten op; torch_xla's C++ runtime or XLA when the innermost Python frame is a call into
+    ``_XLAC``), the FX node being run and its aten op, the model's source line, and a known
+    workaround (:data:`KNOWN_FAILURES`) where there is one.
+
+    The node and the op come from the frames the exception passed through (the FX interpreter's
+    ``run_node(n)``, the operator being called), not from the message text.
+
+    Example:
+        >>> describe_failure(e)["aten_op"]           # doctest: +SKIP
+        'aten::adaptive_avg_pool2d'
+    """
+    chain = _chain(exc)
+    inner = chain[-1]
+    for e in chain:  # Dynamo's wrapper says only "backend='openxla' raised": report what it wraps
+        if not isinstance(e, _dynamo_exc.TorchDynamoException) or isinstance(e, _dynamo_exc.Unsupported):
+            inner = e
+            break
+    node = op = op_on_xla = None
+    ops: list[str | None] = []
+    deepest = None
+    layers: list[str] = []
+    for frame, lineno in _frames(exc):
+        f_locals = frame.f_locals
+        for key in ("n", "node"):
+            v = f_locals.get(key)
+            if isinstance(v, torch.fx.Node):
+                node = v
+        for key in ("self", "func", "op"):
+            v = f_locals.get(key)
+            if isinstance(v, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+                op = aten_op_name(v)
+                ops.append(op)
+                args = f_locals.get("args") or ()
+                op_on_xla = any(isinstance(a, torch.Tensor) and a.device.type == "xla"
+                                for a in (args if isinstance(args, (tuple, list)) else ()))
+        layer = _layer(frame.f_code.co_filename)
+        if layer and layer not in layers:
+            layers.append(layer)
+        deepest = (frame.f_code.co_filename, lineno, frame.f_code.co_name)
+    deepest_layer = _layer(deepest[0]) if deepest else None
+    node_op = None
+    if node is not None and node.op == "call_function":
+        # The node's own aten op: its target (an AOT graph's node), or the aten op a torch
+        # function of the same name dispatches to (torch.nn.functional.adaptive_avg_pool2d).
+        node_op = aten_op_name(node.target)
+        name = getattr(node.target, "__name__", None)
+        if node_op is None and isinstance(name, str) and hasattr(torch.ops.aten, name):
+            node_op = f"aten::{name}"
+    if deepest and deepest[0].replace("\\", "/").endswith("/torch/_ops.py") and op and op_on_xla:
+        during = next((ly for ly in reversed(layers) if ly not in ("torch_xla", "PyTorch")), None)
+        what = f" {node_op}" if node_op and node_op != op else " the graph"
+        raised_by = f"torch_xla's C++ kernel for {op}" + (f", called while {during} traced{what}" if during else "")
+        layer_key = "torch_xla"
+    elif deepest_layer is not None:
+        raised_by, layer_key = deepest_layer, deepest_layer
+        # A torch_xla frame calling into its C++ runtime (_XLAC): compiling or running through XLA.
+        call = _XLAC_CALL.search(linecache.getline(deepest[0], deepest[1]) or "") if deepest_layer != "Dynamo" else None
+        if call is not None and deepest_layer != "AOTAutograd":
+            raised_by = (f"torch_xla's C++ runtime or XLA beneath it (_XLAC.{call.group(1)}, called by "
+                         f"{deepest_layer})")
+            layer_key = "XLA runtime"
+        raised_by += f" ({os.path.basename(deepest[0])}:{deepest[1]} in {deepest[2]})"
+    else:
+        raised_by, layer_key = "the model's code", "model"
+    source = None
+    node_info = None
+    if node is not None:
+        node_info = {"name": node.name, "op": node.op, "target": _target_name(node.target)}
+        source = _user_line(node.meta.get("stack_trace"))
+    if source is None:
+        frame = getattr(exc, "innermost_user_frame_summary", None) or (getattr(exc, "real_stack", None) or [None])[-1]
+        if frame is not None:
+            source = {"file": frame.filename, "line": int(frame.lineno or 0), "function": frame.name,
+                      "code": (frame.line or "").strip()}
+    text = str(inner).strip()
+    first = text.splitlines()[0] if text else ""
+    if len(first) > 400:  # Dynamo's fake-tensor errors put every argument on the first line
+        first = first[:400] + " ..."
+    known = next((k for k in KNOWN_FAILURES if k["aten_op"] in (node_op, op) and k["message"] in text), None)
+    return {
+        "exception": f"{type(inner).__name__}: {first}",
+        "exception_type": f"{type(inner).__module__}.{type(inner).__qualname__}",
+        "raised_by": raised_by,
+        "layer": layer_key,
+        "layers": layers,
+        "node": node_info,
+        "aten_op": node_op or op,
+        "raised_in_op": op,
+        "source": source,
+        "known": dict(known) if known else None,
+        "dynamo_compile_id": str(getattr(exc, "compile_id", "") or "") or None,
+    }

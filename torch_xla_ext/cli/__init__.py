@@ -1,8 +1,9 @@
 """`torch-xla-ext`: one subcommand per component, each in its own module of this package
 (``torch_xla_ext/cli/<command>.py`` with ``register(subparsers)``), listed here.
 
-Exit codes: 0 success, 1 a failed check (or a bug: anything that is not our error shows its
-traceback), 2 bad input (a :class:`~torch_xla_ext.errors.TorchXlaExtError`, whose message names
+Exit codes: 0 success (for ``doctor``: the report was written, findings included), 1 a failed
+check of ``numerics``/``parity`` or a bug (anything that is not our error shows its traceback;
+``doctor`` exits 1 only when a section could not produce its report), 2 bad input (a :class:`~torch_xla_ext.errors.TorchXlaExtError`, whose message names
 the flag, file or field; argparse's own usage errors exit 2 as well)."""
 
 from __future__ import annotations

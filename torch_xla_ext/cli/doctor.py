@@ -15,7 +15,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"--steps: expected >= 1, got {args.steps}")
     report = doctor.run(args.out, model=args.model, steps=args.steps, progress=progress)
     print(report.summary())
-    return 0 if report.ok else 1
+    return report.exit_code
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="one report over parity, export, call_jax and graph breaks",
         description="Run every component on the embedded example (a transformer-like block with an "
         "all-reduce, a JAX call with an unused argument, a graph break and a CPU-fallback op, in fp32 "
-        "and bf16) or on --model, and write report.md, report.json, PNG plots and the exported bundle.",
+        "and bf16) or on --model, and write report.md, report.json, PNG plots and the exported bundle. "
+        "A check that fails on the model (a graph-break mode whose backend raised or whose worker died, a "
+        "parity exception, an export beyond tolerance) is a finding: its section says what failed, where in "
+        "the model, whose code raised it and what to try, and the other sections and modes keep their figures.",
+        epilog="exit codes: 0 the report was written (findings included); 1 a section could not produce its "
+        "report (a bug of torch_xla_ext or a library: its traceback is in report.md); 2 bad input (the --model "
+        "spec or a flag, named in the message).",
     )
     p.add_argument("--model", metavar="MODULE:FACTORY",
                    help="a factory returning (nn.Module, args) or (nn.Module, args, kwargs) (the one "

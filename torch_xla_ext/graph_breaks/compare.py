@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,10 +18,10 @@ import threading
 from typing import Any, Callable, Sequence
 
 from torch_xla_ext import _factory
-from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport, WorkerError
+from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 from torch_xla_ext.graph_breaks.worker import EXIT_BAD_INPUT, MODES, run_mode
 
-__all__ = ["Comparison", "ModeResult", "compare"]
+__all__ = ["Comparison", "ModeResult", "compare", "failure_markdown"]
 
 
 @dataclasses.dataclass
@@ -31,6 +32,13 @@ class ModeResult:
     step_ms: list[float]
     isolation: str
     train: bool = False
+    # Set when the mode did not finish (:func:`describe_failure` fields, or a worker that died or
+    # timed out): the reports then hold what ran before it. A finding about the model, not an error.
+    failure: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
 
     @property
     def median_ms(self) -> float:
@@ -41,7 +49,7 @@ class ModeResult:
     def to_dict(self, timeline: bool = True) -> dict[str, Any]:
         return {"mode": self.mode, "train": self.train, "isolation": self.isolation, "step_ms": self.step_ms,
                 "median_ms": self.median_ms, "report": self.report.to_dict(timeline),
-                "steady": self.steady.to_dict(timeline)}
+                "steady": self.steady.to_dict(timeline), "failure": self.failure}
 
 
 @dataclasses.dataclass
@@ -59,6 +67,11 @@ class Comparison:
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)
 
+    @property
+    def failures(self) -> dict[str, dict[str, Any]]:
+        """mode -> what failed, for each mode that did not finish."""
+        return {k: v.failure for k, v in self.modes.items() if v.failure is not None}
+
     def rows(self) -> list[tuple[str, Callable[[ModeResult], Any]]]:
         n = self.steps
 
@@ -68,7 +81,9 @@ class Comparison:
         return [
             ("Dynamo frame compiles", lambda r: r.report.dynamo_compiles),
             ("Dynamo graphs", lambda r: r.report.fx_graphs),
-            ("graph breaks", lambda r: r.report.num_fx_breaks),
+            ("graph breaks (logged)", lambda r: r.report.num_fx_breaks),
+            ("graph breaks (Dynamo's counter)", lambda r: r.report.num_counted_breaks),
+            ("data-dependent jumps", lambda r: r.report.num_data_dependent_jumps),
             ("recompiles", lambda r: r.report.recompiles),
             ("AOT forward / backward / inference graphs", lambda r: "{} / {} / {}".format(
                 *(r.report.aot_graphs.get(k, 0) for k in ("forward", "backward", "inference")))),
@@ -91,10 +106,43 @@ class Comparison:
                f"({self.warmup} warmup + {self.steps} timed steps)", "",
                "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
         for label, fn in self.rows():
-            out.append(f"| {label} | " + " | ".join(str(fn(self.modes[n])) for n in names) + " |")
+            out.append(f"| {label} | " + " | ".join(self.cell(fn, n) for n in names) + " |")
+        for n, f in self.failures.items():
+            out += ["", failure_markdown(f, self)]
         for n in names:
-            out += ["", self.modes[n].report.to_markdown(title=f"{n}: whole run")]
+            title = f"{n}: whole run" if self.modes[n].ok else f"{n}: what ran before the failure"
+            out += ["", self.modes[n].report.to_markdown(title=title)]
         return "\n".join(out)
+
+    def cell(self, fn: Callable[[ModeResult], Any], mode: str) -> str:
+        """One cell of the side-by-side table; a mode that failed has no figures to compare."""
+        r = self.modes[mode]
+        return str(fn(r)) if r.ok or fn(r) == r.isolation else "failed"
+
+    def try_instead(self, failure: dict[str, Any]) -> list[str]:
+        """What a user can do about one mode's failure: the known workaround of the op, the other
+        mode where it ran, and how to keep the failing code out of the compiled graph."""
+        out = []
+        if failure.get("layer") in ("PyTorch", "model"):
+            out.append("Run the same step eagerly on the CPU with the same inputs: if it fails there too, the cause is "
+                       "the model or its inputs (e.g. batch norm in training on one value per channel), not torch_xla.")
+        known = failure.get("known")
+        if known:
+            out.append(known["workaround"])
+        others = [m for m, r in self.modes.items() if r.ok and m != failure.get("mode")]
+        for m in others:
+            out.append(f"{m} mode ran the same {self._what()}: " + (
+                "run it without torch.compile (LazyTensor tracing, torch_xla.sync() after each step)"
+                if m == "lazy" else "compile it with torch.compile(backend='openxla')") + ".")
+        src = failure.get("source")
+        if failure.get("mode") == "dynamo" and src:
+            out.append(f"Keep the failing code out of the compiled graph: put `{src.get('code') or 'the call'}` "
+                       f"({os.path.basename(src['file'])}:{src['line']}) in a function or module wrapped with "
+                       "torch.compiler.disable, so it runs eagerly on XLA between two compiled graphs (a graph break).")
+        return out
+
+    def _what(self) -> str:
+        return "training step" if self.train else "forward pass"
 
     def plot(self, path: str) -> str | None:
         """A PNG with breaks, partitions, compiles and ms/step side by side, per mode; None (and
@@ -136,7 +184,11 @@ def compare(model: str | Callable[[], Any], *, modes: Sequence[str] = MODES, tra
     fresh interpreter cannot import (a lambda, something in ``__main__``) needs
     ``isolation="in-process"``: modes then run one after another with ``torch._dynamo.reset()``
     between them, sharing the XLA compile cache. A worker that runs longer than ``timeout_s`` is
-    killed (:class:`WorkerError`). ``torch_trace=DIR`` runs the dynamo worker with
+    killed. A mode whose step raises (torch_xla's bridge, Dynamo, AOTAutograd, XLA), whose worker
+    dies or times out, is a finding, not an error: its :attr:`ModeResult.failure` names what
+    failed, where in the model and whose code raised it, the other modes keep their figures, and
+    :meth:`Comparison.to_markdown` says what to try. Bad input still raises
+    :class:`GraphBreakError`. ``torch_trace=DIR`` runs the dynamo worker with
     ``TORCH_TRACE=DIR``: its trace carries the ledger's artifacts for tlparse
     (:mod:`~torch_xla_ext.graph_breaks.tlparse`).
 
@@ -221,19 +273,60 @@ def _run_worker(cmd: list[str], mode: str, out_path: str, timeout_s: float,
         os.killpg(proc.pid, 9)  # the worker and anything it started
         proc.wait()
         reader.join(timeout=5)
-        tail = "".join(err_lines[-20:])
-        raise WorkerError(f"mode {mode!r}: worker process timed out after {timeout_s:g} s and was killed:\n{tail}") \
-            from None
+        return _died(mode, "timeout", f"timed out after {timeout_s:g} s and was killed", None, err_lines)
     reader.join()
     if rc == EXIT_BAD_INPUT and bad_input:
         raise GraphBreakError(bad_input[-1])
     if rc != 0 or not os.path.exists(out_path):
-        tail = "".join(err_lines[-20:])
-        raise WorkerError(f"mode {mode!r}: worker process failed with exit code {rc}:\n{tail}")
+        if rc < 0:
+            try:
+                how = f"was killed by signal {signal.Signals(-rc).name}"
+            except ValueError:
+                how = f"was killed by signal {-rc}"
+        else:
+            how = f"exited with code {rc}" + ("" if rc else " without writing its result")
+        return _died(mode, "worker died", how, rc, err_lines)
     with open(out_path) as f:
         return json.load(f)
 
 
+def _died(mode: str, kind: str, how: str, rc: int | None, err_lines: list[str]) -> dict[str, Any]:
+    """The result of a worker that left no result: its failure, and empty reports."""
+    tail = [ln.rstrip("\n") for ln in err_lines if ln.strip()][-20:]
+    last = next((ln.strip() for ln in reversed(tail) if not ln.startswith((" ", "\t"))), "")
+    empty = GraphBreakReport().to_dict()
+    failure = {"mode": mode, "kind": kind, "exception": f"the worker process {how}" + (f": {last}" if last else ""),
+               "raised_by": "the worker process (native code: torch_xla, XLA or PyTorch)" if kind == "worker died"
+               else "the worker process (no answer within the timeout)",
+               "exit_code": rc, "stderr_tail": tail, "node": None, "aten_op": None, "source": None, "known": None}
+    return {"mode": mode, "step_ms": [], "report": empty, "steady": empty, "failure": failure}
+
+
 def _mode_result(d: dict[str, Any], isolation: str) -> ModeResult:
     return ModeResult(d["mode"], GraphBreakReport.from_dict(d["report"]), GraphBreakReport.from_dict(d["steady"]),
-                      list(d["step_ms"]), isolation, bool(d.get("train", False)))
+                      list(d["step_ms"]), isolation, bool(d.get("train", False)), d.get("failure"))
+
+
+def failure_markdown(f: dict[str, Any], cmp: Comparison | None = None) -> str:
+    """One mode's failure as a Markdown block: what, where in the model, whose code, what to try."""
+    out = [f"#### Finding: {f['mode']} mode failed ({f.get('step') or 'step'}, {f.get('where') or f['kind']})", "",
+           f"- exception: `{f['exception']}`", f"- raised by: {f['raised_by']}"]
+    node = f.get("node")
+    if node:
+        out.append(f"- FX node: `{node['name']}` ({node['op']} `{node['target']}`)")
+    if f.get("aten_op"):
+        other = f.get("raised_in_op")
+        extra = f" (raised in `{other}`)" if other and other != f["aten_op"] else ""
+        out.append(f"- aten op: `{f['aten_op']}`{extra}")
+    src = f.get("source")
+    if src:
+        out.append(f"- model source: `{src['file']}:{src['line']}` in `{src['function']}`"
+                   + (f": `{src['code']}`" if src.get("code") else ""))
+    if f.get("known"):
+        out.append(f"- known failure: {f['known']['cause']}")
+    if f.get("stderr_tail"):
+        out += ["- last lines of its stderr:", "", "```", *f["stderr_tail"][-10:], "```"]
+    tries = cmp.try_instead(f) if cmp is not None else ([f["known"]["workaround"]] if f.get("known") else [])
+    if tries:
+        out += ["", "What to try:", ""] + [f"{i}. {t}" for i, t in enumerate(tries, 1)]
+    return "\n".join(out)

@@ -163,6 +163,10 @@ def render_report(r: GraphBreakReport, title: str = "Region") -> str:
     if r.aot_graphs:
         out.append("<div class=\"muted\">AOT graphs by kind: " + _e(", ".join(f"{k} {v}" for k, v in r.aot_graphs.items()))
                    + "</div>")
+    out.append("<h3>What each break figure counts</h3>" + _table(
+        ["figure", "value", "counts", "upstream record of the same events"],
+        [[_e(f["label"]), f["value"], _e(f["counts"]), f"<span class=\"muted\">{_e(f['oracle'])}</span>"]
+         for f in r.break_figures()], numeric={1}))
     out.append("<h3>Graph breaks (Dynamo's structured records)</h3>" + _breaks(r))
     if r.recompile_reasons:
         out.append("<h3>Recompiles (first failed guard)</h3>" + _table(
@@ -224,12 +228,37 @@ def write_html(path: str, report: GraphBreakReport, title: str = "torch_xla grap
 def write_comparison(path: str, cmp: Any) -> str:
     """Writes a compare() result: the side-by-side table, then each mode's whole-run report."""
     names = list(cmp.modes)
-    rows = [[_e(label)] + [_e(fn(cmp.modes[n])) for n in names] for label, fn in cmp.rows()]
+    rows = [[_e(label)] + [_e(cmp.cell(fn, n)) for n in names] for label, fn in cmp.rows()]
     what = "training step" if cmp.train else "forward pass"
     body = [f"<div class=\"sub\">{_e(cmp.model)}: {what}, {cmp.warmup} warmup + {cmp.steps} timed steps</div>",
             "<h2>Side by side</h2>", _table([""] + names, rows, numeric=set(range(1, len(names) + 1)))]
-    body += [render_report(cmp.modes[n].report, f"{n}: whole run") for n in names]
+    for f in cmp.failures.values():  # a mode that failed is a finding: what, where, whose, what to try
+        body.append(_failure(f, cmp))
+    body += [render_report(cmp.modes[n].report, f"{n}: whole run" if cmp.modes[n].ok else
+                           f"{n}: what ran before the failure") for n in names]
     return _write(path, _page(f"torch_xla graph breaks: {' vs '.join(names)}", "".join(body)))
+
+
+def _failure(f: dict[str, Any], cmp: Any) -> str:
+    rows = [["exception", f"<code>{_e(f['exception'])}</code>"], ["raised by", _e(f["raised_by"])]]
+    if f.get("node"):
+        n = f["node"]
+        rows.append(["FX node", f"<code>{_e(n['name'])}</code> ({_e(n['op'])} <code>{_e(n['target'])}</code>)"])
+    if f.get("aten_op"):
+        rows.append(["aten op", f"<code>{_e(f['aten_op'])}</code>" + (
+            f" (raised in <code>{_e(f['raised_in_op'])}</code>)" if f.get("raised_in_op") not in (None, f["aten_op"])
+            else "")])
+    if f.get("source"):
+        s = f["source"]
+        rows.append(["model source", f"<code>{_e(s['file'])}:{s['line']}</code> in {_e(s['function'])}: "
+                                     f"<code>{_e(s.get('code') or '')}</code>"])
+    if f.get("known"):
+        rows.append(["known failure", _e(f["known"]["cause"])])
+    if f.get("stderr_tail"):
+        rows.append(["last lines of stderr", "<pre>" + _e("\n".join(f["stderr_tail"][-10:])) + "</pre>"])
+    tries = "".join(f"<li>{_e(t)}</li>" for t in cmp.try_instead(f))
+    return (f"<h2>Finding: {_e(f['mode'])} mode failed ({_e(f.get('where') or f.get('kind', ''))})</h2>"
+            + _table(["", ""], rows) + (f"<h3>What to try</h3><ol>{tries}</ol>" if tries else ""))
 
 
 def write_merged(path: str, merged: Any) -> str:

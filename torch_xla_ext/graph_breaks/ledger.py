@@ -139,8 +139,12 @@ class GraphBreakLedger:
                 "hints": list(record["hints"]), "context": record["context"], "doc": record["doc"],
                 "reason": f"{record['gb_type']}: {record['explanation']}" if record["explanation"] else record["gb_type"],
                 "dynamo_reason": record["dynamo_reason"], "frame": f"{record['file']}:{record['line']}",
-                "function": record["function"], "count": 0, "inherited": 0, "split_at": [], "compile_ids": []}
+                "function": record["function"], "count": 0, "inherited": 0, "counted": 0, "jumps": 0, "split_at": [],
+                "compile_ids": []}
         row["count"] += 1
+        row["counted"] += int(bool(record.get("counted")))  # in Dynamo's counters["graph_break"]
+        row["jumps"] += int(record.get("origin") == "jump")  # a jump in the frame's own code
+        row["skipped_frames"] = row.get("skipped_frames", 0) + int(record.get("origin") == "frame_skipped")
         row["compile_ids"].append(compile_id)
         if inherited:
             row["inherited"] += 1

@@ -25,7 +25,7 @@ def plot_comparison(cmp: Any, path: str) -> str | None:
 
     names = list(cmp.modes)
     panels = [
-        ("graph breaks (Dynamo)", [cmp.modes[n].report.num_fx_breaks for n in names]),
+        ("graph breaks (logged)", [cmp.modes[n].report.num_fx_breaks for n in names]),
         ("AOT graphs", [cmp.modes[n].report.num_aot_graphs for n in names]),
         ("XLA partitions", [cmp.modes[n].report.xla_partitions for n in names]),
         ("XLA compiles (uncached)", [cmp.modes[n].report.compiles for n in names]),

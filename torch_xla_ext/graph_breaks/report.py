@@ -33,9 +33,43 @@ from typing import Any
 from torch_xla_ext import _device
 from torch_xla_ext.errors import InternalError, InvalidArgumentError, NotFoundError
 
-__all__ = ["GraphBreakError", "WorkerError", "GraphBreakReport", "load_report", "SCHEMA"]
+__all__ = ["BREAK_FIGURES", "GraphBreakError", "WorkerError", "GraphBreakReport", "load_report", "SCHEMA"]
 
 SCHEMA = "torch_xla_ext.graph_breaks.report/2"
+
+
+# (figure, label, the events it counts, the upstream record of the same events). One definition
+# each: the report, its HTML and the docs quote these, and tests/graph_breaks/break_figures_test.py
+# ties each value to its upstream record.
+BREAK_FIGURES: tuple[tuple[str, str, str, str], ...] = (
+    ("logged_breaks", "graph breaks (logged)",
+     "Every graph break Dynamo logs: the counted breaks, the data-dependent jumps in a frame's own code, "
+     "and the breaks in a loop that made it skip the frame. A break inside an inlined call is logged twice "
+     "when its frame is compiled on its "
+     "own later (once where the caller splits at the call, once in the callee's frame). This is the "
+     "'graph breaks' figure of the side-by-side table.",
+     "the structured trace's dynamo_graph_break_reason artifacts (TORCH_TRACE, TORCH_LOGS=graph_breaks)"),
+    ("counted_breaks", "graph breaks (Dynamo's counter)",
+     "Unsupported operations Dynamo turned into a split, including a data-dependent jump inside an inlined "
+     "call (the caller splits at the call); not a jump in a frame's own code.",
+     "sum(torch._dynamo.utils.counters['graph_break'].values())"),
+    ("data_dependent_jumps", "data-dependent jumps",
+     "Branches on a tensor's value in a frame's own code: logged, split there, not counted.",
+     "explain().break_reasons whose reason starts with 'generic_jump'"),
+    ("skipped_frames", "frames skipped after a break in a loop",
+     "Breaks inside a for/while loop: Dynamo logs the break, then gives up on the whole frame (SkipFrame), "
+     "which runs uncompiled (lazy tensors on XLA); not counted, no split.",
+     "Dynamo's log 'Skipping frame because there is a graph break in a for/while loop' (TORCH_LOGS=dynamo)"),
+    ("inherited_splits", "splits inherited from an inlined call",
+     "Splits a caller takes at a call because something inside the inlined callee is unsupported, "
+     "without logging or counting them (GraphCompileReason 'step_unsupported'); listed under the break "
+     "that caused them.",
+     "explain().break_reasons whose reason is 'step_unsupported'"),
+    ("graphs_ended_by_break", "graphs ended by a break",
+     "Graphs handed to the backend that a break (of any kind above) ended; a split before any op makes "
+     "no graph, so this can be lower than the breaks.",
+     "len(torch._dynamo.explain(fn)(...).break_reasons)"),
+)
 
 
 class GraphBreakError(InvalidArgumentError):
@@ -103,6 +137,34 @@ class GraphBreakReport:
         return sum(b.get("inherited", 0) for b in self.fx_breaks)
 
     @property
+    def num_counted_breaks(self) -> int:
+        """Breaks in Dynamo's own counter, ``counters["graph_break"]``: an unsupported operation
+        Dynamo turned into a split (``Unsupported.add_to_stats("graph_break")``)."""
+        return sum(b.get("counted", 0) for b in self.fx_breaks)
+
+    @property
+    def num_data_dependent_jumps(self) -> int:
+        """Data-dependent jumps (``if tensor...``) in a frame's own code: Dynamo logs each and
+        splits there (its GraphCompileReason says "generic_jump ...") but does not count it."""
+        return sum(b.get("jumps", 0) for b in self.fx_breaks)
+
+    @property
+    def num_skipped_frames(self) -> int:
+        """Frames Dynamo gave up on after logging a break inside a for/while loop (SkipFrame):
+        the whole frame then runs uncompiled."""
+        return sum(b.get("skipped_frames", 0) for b in self.fx_breaks)
+
+    def break_figures(self) -> list[dict[str, Any]]:
+        """Every break figure with the events it counts and the upstream record of the same
+        events (:data:`BREAK_FIGURES`), so no two figures are mistaken for one another."""
+        values = {"logged_breaks": self.num_fx_breaks, "counted_breaks": self.num_counted_breaks,
+                  "data_dependent_jumps": self.num_data_dependent_jumps,
+                  "skipped_frames": self.num_skipped_frames,
+                  "inherited_splits": self.num_inherited_splits, "graphs_ended_by_break": self.graphs_ended_by_break}
+        return [{"figure": k, "label": label, "value": values[k], "counts": counts, "oracle": oracle}
+                for k, label, counts, oracle in BREAK_FIGURES]
+
+    @property
     def num_aot_graphs(self) -> int:
         return sum(self.aot_graphs.values())
 
@@ -113,6 +175,10 @@ class GraphBreakReport:
         d["schema"] = SCHEMA
         d["num_fx_breaks"] = self.num_fx_breaks
         d["num_inherited_splits"] = self.num_inherited_splits
+        d["num_counted_breaks"] = self.num_counted_breaks
+        d["num_data_dependent_jumps"] = self.num_data_dependent_jumps
+        d["num_skipped_frames"] = self.num_skipped_frames
+        d["break_figures"] = self.break_figures()
         return d
 
     def to_json(self, **kwargs: Any) -> str:
@@ -159,10 +225,8 @@ class GraphBreakReport:
             ("Dynamo frame compiles (compile ids)", self.dynamo_compiles, "Dynamo compile ids"),
             ("Dynamo graphs (handed to the backend)", self.fx_graphs,
              "counters['stats']['unique_graphs'], explain().graph_count"),
-            ("graph breaks", self.num_fx_breaks, "counters['graph_break'] (+ data-dependent jumps)"),
-            ("splits inherited from a break in an inlined call", self.num_inherited_splits,
-             "GraphCompileReason 'step_unsupported' (not logged, not counted)"),
-            ("graphs ended by a break", self.graphs_ended_by_break, "len(explain().break_reasons)"),
+            *((label, value, oracle) for label, value, oracle in
+              ((f["label"], f["value"], f["oracle"]) for f in self.break_figures())),
             ("recompiles", self.recompiles, "compile ids N/1, N/2, ..."),
             ("AOT forward graphs", aot.get("forward", 0), "AOTAutograd"),
             ("AOT backward graphs", aot.get("backward", 0), "AOTAutograd"),
@@ -190,6 +254,10 @@ class GraphBreakReport:
         out += [f"| {k} | {v} |" for k, v, _ in self.figures()]
         if self.steps:
             out.append(f"| steps marked | {self.steps} |")
+        if self.fx_breaks:
+            out += ["", "What each break figure counts:", ""]
+            out += [f"- **{f['label']}** ({f['value']}): {f['counts']} Upstream: {f['oracle']}."
+                    for f in self.break_figures()]
         if self.fx_breaks:
             out += ["", "| graph break (gb_type) | GB id | explanation | frame | count |", "|---|---|---|---|---:|"]
             out += [f"| {_md(b['gb_type'])} | {b.get('gb_id') or '-'} | {_md(b.get('explanation') or '-')} | "

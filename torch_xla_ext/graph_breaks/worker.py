@@ -87,29 +87,48 @@ def make_step(made: _factory.Made, mode: str, train: bool, lr: float = 1e-3) -> 
 
 def run_mode(made: _factory.Made, mode: str, warmup: int, steps: int, train: bool = False,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Runs one mode in this process; returns ModeResult.to_dict()-shaped data."""
+    """Runs one mode in this process; returns ModeResult.to_dict()-shaped data.
+
+    A step that raises (torch_xla's bridge, Dynamo, AOTAutograd, XLA) ends the mode with a
+    ``failure`` (:func:`torch_xla_ext._compat.dynamo.describe_failure`, plus where it happened)
+    and the reports of what ran until then; bad input (:class:`GraphBreakError`) still raises."""
     from torch_xla_ext._compat import dynamo as _dynamo
+    from torch_xla_ext.graph_breaks.report import GraphBreakReport
 
     _dynamo.reset_dynamo()
-    step = make_step(made, mode, train)
     step_ms: list[float] = []
+    failure: dict[str, Any] | None = None
+    steady = None
+    where = "building the step"
     with account() as whole:
-        for i in range(warmup):
-            step()
-            whole.step()
-            if progress:
-                progress(f"{mode}: warmup step {i + 1}/{warmup}")
-        with account() as steady:
-            for _ in range(steps):
-                t0 = time.perf_counter_ns()
+        try:
+            step = make_step(made, mode, train)
+            for i in range(warmup):
+                where = f"warmup step {i + 1} of {warmup}"
                 step()
-                step_ms.append((time.perf_counter_ns() - t0) / 1e6)
-                steady.step()
                 whole.step()
-        if progress:
-            progress(f"{mode}: {steps} timed steps, median {sorted(step_ms)[len(step_ms) // 2]:.3f} ms")
+                if progress:
+                    progress(f"{mode}: warmup step {i + 1}/{warmup}")
+            with account() as steady:
+                for i in range(steps):
+                    where = f"timed step {i + 1} of {steps}"
+                    t0 = time.perf_counter_ns()
+                    step()
+                    step_ms.append((time.perf_counter_ns() - t0) / 1e6)
+                    steady.step()
+                    whole.step()
+            if progress:
+                progress(f"{mode}: {steps} timed steps, median {sorted(step_ms)[len(step_ms) // 2]:.3f} ms")
+        except GraphBreakError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the failure is the finding, reported below
+            failure = dict(_dynamo.describe_failure(e), mode=mode, kind="exception",
+                           step="training step" if train else "forward pass", where=where)
+            if progress:
+                progress(f"{mode}: failed at {where}: {failure['exception']}")
+    steady_report = steady.report() if steady is not None else GraphBreakReport()
     return {"mode": mode, "train": train, "step_ms": step_ms, "report": whole.report().to_dict(),
-            "steady": steady.report().to_dict()}
+            "steady": steady_report.to_dict(), "failure": failure}
 
 
 def main(argv: list[str]) -> int:
@@ -128,10 +147,10 @@ def main(argv: list[str]) -> int:
 
     try:
         made = _factory.load_model(a.model, "model", error=GraphBreakError)
+        d = run_mode(made, a.mode, a.warmup, a.steps, a.train, progress)
     except GraphBreakError as e:
         print(f"[bad-input] {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
-    d = run_mode(made, a.mode, a.warmup, a.steps, a.train, progress)
     with open(a.out, "w") as f:
         json.dump(d, f)
     return 0
