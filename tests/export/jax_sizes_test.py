@@ -141,3 +141,65 @@ def test_weights_past_the_2gib_flatbuffer_limit_take_the_arrays_route():
     assert len(exp.exported.serialize()) < 2**16  # the program alone goes into jax's flatbuffer
     with pytest.raises(export.WeightsTooLargeError, match=r"2415919104 bytes .* INLINE_LIMIT_BYTES"):
         export.inline_constants(big, weights=True)
+
+
+# ---- the weights file: the safetensors format without the safetensors package -----------------
+
+
+def _dtypes():
+    import ml_dtypes
+
+    return [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int64, np.int32, np.int8, np.uint8, np.bool_]
+
+
+def test_tensor_file_and_the_safetensors_library_read_each_other(tmp_path):
+    """JAX-only venvs have no safetensors package, so export/tensor_file.py reads and writes the
+    format with numpy; the real library is the oracle in both directions (torch's API for bf16,
+    which safetensors' numpy API lacks)."""
+    import safetensors.numpy
+    import safetensors.torch
+    from torch_xla_ext.export import tensor_file
+
+    rng = np.random.default_rng(0)
+    ours = {f"t{k}": (rng.standard_normal((3, k + 1)) * 100).astype(dt) for k, dt in enumerate(_dtypes())}
+    ours["scalar"] = np.asarray(np.float32(2.5))
+    ours["empty"] = np.zeros((0, 4), np.float32)
+    ours["strided"] = np.arange(12, dtype=np.int64).reshape(3, 4)[:, ::2]
+    tensor_file.write(tmp_path / "ours.safetensors", ours, {"k": "v"})
+    theirs = safetensors.torch.load_file(str(tmp_path / "ours.safetensors"))
+    assert list(theirs) == sorted(ours) or set(theirs) == set(ours)
+    for name, arr in ours.items():
+        got = theirs[name]
+        if arr.dtype.name == "bfloat16":
+            got = got.view(torch.int16).numpy().view(arr.dtype)
+        else:
+            got = got.numpy()
+        assert got.shape == arr.shape and got.dtype == arr.dtype, name
+        np.testing.assert_array_equal(got, arr, err_msg=name)
+    plain = {k: v for k, v in ours.items() if v.dtype.name != "bfloat16"}
+    safetensors.numpy.save_file({k: np.ascontiguousarray(v) if v.ndim else v for k, v in plain.items()},
+                                str(tmp_path / "theirs.safetensors"), metadata={"a": "b"})
+    meta, back = tensor_file.read(tmp_path / "theirs.safetensors")
+    assert meta == {"a": "b"} and set(back) == set(plain)
+    for name, arr in plain.items():
+        assert back[name].dtype == arr.dtype and back[name].shape == arr.shape, name
+        np.testing.assert_array_equal(back[name], arr, err_msg=name)
+
+
+@pytest.mark.parametrize("mangle,words", [
+    (lambda b: b[:5], "shorter than its 8-byte header length"),
+    (lambda b: (2**40).to_bytes(8, "little") + b[8:], "header length"),
+    (lambda b: b[:8] + b"[" + b[9:], "not JSON"),
+    (lambda b: b.replace(b'"F32"', b'"F99"'), "dtype 'F99'"),
+    (lambda b: b.replace(b'"data_offsets":[0,24]', b'"data_offsets":[0,99]'), "data_offsets"),
+    (lambda b: b.replace(b'"shape":[2,3]', b'"shape":[2,4]'), "do not hold"),
+])
+def test_a_bad_weights_file_is_named(tmp_path, mangle, words):
+    from torch_xla_ext.export import tensor_file
+
+    path = tmp_path / "w.safetensors"
+    tensor_file.write(path, {"w": np.ones((2, 3), np.float32)}, {})
+    path.write_bytes(mangle(path.read_bytes()))
+    with pytest.raises(export.BundleError, match=words) as info:
+        tensor_file.read(path)
+    assert str(path) in str(info.value)

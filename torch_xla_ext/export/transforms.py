@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from torch_xla_ext.export import graph
+from torch_xla_ext.export import graph, tensor_file
 from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
                                         RunInputError, WeightsTooLargeError)
@@ -199,9 +199,8 @@ class JaxExport:
         return self.exported.call(*self.weights, *user_inputs)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes ``path/exported.jax`` (``jax.export.serialize``) and ``path/weights.safetensors``."""
-        import safetensors.numpy
-
+        """Writes ``path/exported.jax`` (``jax.export.serialize``) and ``path/weights.safetensors``
+        (the safetensors format, written with numpy alone: see :mod:`.tensor_file`)."""
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         from torch_xla_ext._compat import jax_export
@@ -213,13 +212,8 @@ class JaxExport:
             raise BundleError(str(e)) from None
         with open(dest, "wb") as f:
             f.write(data)
-        tensors, dtypes = {}, {}
-        for name, arr in zip(self.weight_names, self.weights):
-            dtypes[name] = dtype_name(arr.dtype)
-            # safetensors' numpy API has no bfloat16: its bits as uint16, the dtype in the metadata
-            tensors[name] = arr.view(np.uint16) if dtypes[name] == "bfloat16" else arr
-        meta = {"format": _FORMAT, "order": json.dumps(list(self.weight_names)), "dtypes": json.dumps(dtypes)}
-        safetensors.numpy.save_file(tensors, os.path.join(path, WEIGHTS_FILE), metadata=meta)
+        meta = {"format": _FORMAT, "order": json.dumps(list(self.weight_names))}
+        tensor_file.write(os.path.join(path, WEIGHTS_FILE), dict(zip(self.weight_names, self.weights)), meta)
 
 
 def load_jax(path: str | os.PathLike) -> JaxExport:
@@ -233,7 +227,6 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     Example: ``(y,) = load_jax("/tmp/m.jax").call(x)``.
     """
     import jax
-    from safetensors import safe_open
 
     from torch_xla_ext._compat import jax_export
     from torch_xla_ext.export.bundle import JAX_EXPORT_DIR, read_file
@@ -263,31 +256,23 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
                                  f"window [{low}, {high}] (jax.export's minimum/maximum_supported_calling_"
                                  f"convention_version); re-export it with a JAX in that window, or use a JAX "
                                  f"whose window holds {version}")
-    if not os.path.exists(wpath):
-        raise BundleFileNotFoundError(f"{wpath}: missing (the weights of {epath})")
+    meta, tensors = tensor_file.read(wpath)
+    if meta.get("format") != _FORMAT:
+        raise BundleError(f"{wpath}: metadata field 'format' is {meta.get('format')!r}, expected {_FORMAT!r}")
     try:
-        with safe_open(wpath, framework="numpy") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != _FORMAT:
-                raise BundleError(f"{wpath}: metadata field 'format' is {meta.get('format')!r}, expected {_FORMAT!r}")
-            order, dtypes = json.loads(meta.get("order", "null")), json.loads(meta.get("dtypes", "null"))
-            if not (isinstance(order, list) and isinstance(dtypes, dict) and set(order) == set(f.keys())
-                    and len(order) <= len(exported.in_avals)):
-                raise BundleError(f"{wpath}: metadata fields 'order'/'dtypes' do not list its tensors")
-            weights = []
-            for k, name in enumerate(order):
-                arr = f.get_tensor(name)
-                if dtypes.get(name) == "bfloat16" and arr.dtype == np.uint16:
-                    arr = arr.view(np_dtype("bfloat16"))
-                aval = exported.in_avals[k]
-                if tuple(arr.shape) != tuple(aval.shape) or arr.dtype != aval.dtype:
-                    raise BundleError(f"{wpath}: tensor {name!r} is {dtype_name(arr.dtype)}{list(arr.shape)}, but "
-                                      f"{EXPORTED_FILE} argument {k} is {aval.dtype}{list(aval.shape)}")
-                weights.append(arr)
-    except BundleError:
-        raise
-    except Exception as e:  # safetensors raises its own error types on a bad header
-        raise BundleError(f"{wpath}: not a safetensors file we read ({type(e).__name__}: {e})") from None
+        order = json.loads(meta.get("order", "null"))
+    except (json.JSONDecodeError, RecursionError):
+        order = None
+    if not (isinstance(order, list) and set(order) == set(tensors) and len(order) == len(tensors)
+            and len(order) <= len(exported.in_avals)):
+        raise BundleError(f"{wpath}: metadata field 'order' does not list its tensors")
+    weights = []
+    for k, name in enumerate(order):
+        arr, aval = tensors[name], exported.in_avals[k]
+        if tuple(arr.shape) != tuple(aval.shape) or arr.dtype != aval.dtype:
+            raise BundleError(f"{wpath}: tensor {name!r} is {dtype_name(arr.dtype)}{list(arr.shape)}, but "
+                              f"{EXPORTED_FILE} argument {k} is {aval.dtype}{list(aval.shape)}")
+        weights.append(arr)
     return JaxExport(exported, tuple(order), tuple(weights))
 
 
