@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any, Callable
 
 __all__ = ["MODELS", "NAMES", "ZooModel", "build", "primary_output"] + [
-    "resnet18", "mobilenet_v3", "vit", "gpt2", "bert", "llama", "t5", "clip"]
+    "resnet18", "mobilenet_v3", "vit", "gpt2", "bert", "llama", "t5", "clip", "mixtral"]
 
 SEED = 0
 BATCH = 2
@@ -214,6 +214,21 @@ def clip():
     return _hf(CLIPModel, config), (_tokens(g),), {"pixel_values": _image(g), "attention_mask": _mask()}
 
 
+def mixtral():
+    """transformers MixtralForCausalLM: a sparse mixture of experts (4 experts, top-2 routing per
+    token) after grouped-query attention, 2 layers. Its routing is data-dependent: which experts
+    run, and on which tokens, comes from `nonzero` of the router's choice (torch.export cannot
+    trace it; torch_xla runs it by executing the graph up to each `nonzero`)."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    g = _seeded()
+    config = MixtralConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+                           num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0,
+                           use_cache=False)
+    return _hf(MixtralForCausalLM, config), (_tokens(g),), {"attention_mask": _mask()}
+
+
 MODELS: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("resnet18", "cnn", "torchvision.models.resnet18(num_classes=10)", resnet18),
     ZooModel("mobilenet_v3", "cnn", "torchvision.models.mobilenet_v3_small(num_classes=10)", mobilenet_v3),
@@ -228,6 +243,9 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("t5", "encoder-decoder", "transformers T5ForConditionalGeneration(T5Config(2+2 layers))", t5,
              ("input_ids", "attention_mask", "decoder_input_ids")),
     ZooModel("clip", "dual-encoder", "transformers CLIPModel(CLIPConfig(2-layer text and vision towers))", clip,
+             ("input_ids", "attention_mask")),
+    ZooModel("mixtral", "moe-decoder",
+             "transformers MixtralForCausalLM(MixtralConfig(2 layers, 4 experts, top-2, GQA 4/2 heads))", mixtral,
              ("input_ids", "attention_mask")),
 ]}
 NAMES: tuple[str, ...] = tuple(MODELS)
