@@ -17,7 +17,7 @@ import operator
 from typing import Any, Sequence
 
 from torch_xla_ext._ext import collectives as _core
-from torch_xla_ext.errors import ArgumentTypeError, UnimplementedError
+from torch_xla_ext.errors import ArgumentTypeError, TorchXlaExtError, UnimplementedError
 from torch_xla_ext.export.bundle import Bundle, from_torch_xla
 from torch_xla_ext.export.errors import ExportLoweringError
 from torch_xla_ext.export.manifest import PYTHON_PREFIX, torch_dtype_name
@@ -35,6 +35,9 @@ class ExportOptions:
     strict: bool = False
     custom_ops_allowed_in_graph: tuple[str, ...] = ()
     export_node_metadata: bool = False
+    # When torch.export or torch_xla's exporter cannot trace the model, export torch_xla's lazy
+    # trace of one forward pass instead (export/lazy.py); False: an ExportLoweringError instead.
+    lazy_fallback: bool = True
 
 
 def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, *,
@@ -71,9 +74,21 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
             # positionally, the order `run` takes user inputs in.
             target, flat_args = _Positional(model, len(args), list(kwargs)), tuple(args) + tuple(kwargs.values())
             prefix = "inner."
-        ep = torch.export.export(target, flat_args, strict=options.strict)
+        try:
+            ep = torch.export.export(target, flat_args, strict=options.strict)
+        except TorchXlaExtError:
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure of torch.export is a reason to fall back
+            return _fallback(model, args, kwargs, names, start, e, "torch.export", options)
     calls = _core.recorded_all_reduces_since(start)
-    tx, transforms = _to_torch_xla(ep, options)
+    try:
+        tx, transforms = _to_torch_xla(ep, options)
+    except TorchXlaExtError:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch_xla's exporter failed on a program torch.export made
+        if names is None:  # an ExportedProgram: there is no module to trace lazily
+            raise
+        return _fallback(model, args, kwargs, names, start, e, "torch_xla's exporter", options)
     if prefix:
         _strip_prefix(tx, prefix)
 
@@ -92,6 +107,20 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     bundle.manifest.transforms.extend(transforms)
     bundle.torch_xla_export = tx
     return bundle
+
+
+def _fallback(model, args, kwargs, names, start, error, stage, options):
+    """torch_xla's lazy trace of the model (export/lazy.py), or, with lazy_fallback off, the
+    typed error naming where `stage` failed in the model's code."""
+    from torch_xla_ext.export import lazy
+
+    if not options.lazy_fallback:
+        site = lazy.guard_site(error, model)
+        raise ExportLoweringError(f"{stage} failed on the model [{lazy.where(site) or 'model'}]: {lazy.first_line(error)} "
+                                  f"(ExportOptions(lazy_fallback=True) exports torch_xla's lazy trace instead)",
+                                  module_path=site["module_path"], source=site["source"],
+                                  source_line=site["source_line"]) from error
+    return lazy.export_lazy(model, args, kwargs, names, start, why=error, stage=stage)
 
 
 def _check_output_shapes(ep, tx, out_names: list[str] | None) -> None:
