@@ -41,6 +41,8 @@ class ZooModel:
     source: the library class and the config it is built from.
     factory: returns ``(model, args, kwargs)``.
     int_inputs: names of the integer inputs (token ids), which must never be narrowed.
+    data_dependent: the nn.Module class whose forward has shapes that depend on the inputs' values
+        (an MoE's routing), so there is no one program to export; None for the others.
     """
 
     name: str
@@ -48,6 +50,7 @@ class ZooModel:
     source: str
     factory: Callable[[], tuple[Any, tuple, dict]]
     int_inputs: tuple[str, ...] = ()
+    data_dependent: str | None = None
 
     def build(self) -> tuple[Any, tuple, dict]:
         return self.factory()
@@ -246,7 +249,7 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
              ("input_ids", "attention_mask")),
     ZooModel("mixtral", "moe-decoder",
              "transformers MixtralForCausalLM(MixtralConfig(2 layers, 4 experts, top-2, GQA 4/2 heads))", mixtral,
-             ("input_ids", "attention_mask")),
+             ("input_ids", "attention_mask"), data_dependent="MixtralSparseMoeBlock"),
 ]}
 NAMES: tuple[str, ...] = tuple(MODELS)
 

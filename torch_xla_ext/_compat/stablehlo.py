@@ -474,6 +474,16 @@ def hlo_to_stablehlo_text(proto: bytes) -> str:
         return module.operation.get_asm(enable_debug_info=False)
 
 
+def sync_and_wait() -> None:
+    """Runs every pending graph and waits for it (and every earlier execution) to finish, so
+    torch_xla's execution metrics move no more until something new runs."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    torch_xla.sync()
+    xm.wait_device_ops()
+
+
 def host_sync_counts() -> tuple[int, int]:
     """(graphs executed, device-to-host transfers) so far in this process, from torch_xla's
     metrics: a forward pass that moves either was cut into several graphs by the host."""

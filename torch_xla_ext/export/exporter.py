@@ -17,7 +17,7 @@ import operator
 from typing import Any, Sequence
 
 from torch_xla_ext._ext import collectives as _core
-from torch_xla_ext.errors import ArgumentTypeError, TorchXlaExtError, UnimplementedError
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError, TorchXlaExtError, UnimplementedError
 from torch_xla_ext.export.bundle import Bundle, from_torch_xla
 from torch_xla_ext.export.errors import ExportLoweringError
 from torch_xla_ext.export.manifest import PYTHON_PREFIX, torch_dtype_name
@@ -30,14 +30,18 @@ EMPTY_DIMS_REWRITE = "aten reductions dim=[]->all dims"
 class ExportOptions:
     """Options of :func:`export`. `strict` is torch.export's; `custom_ops_allowed_in_graph`
     (op namespaces lowered to stablehlo.custom_call) and `export_node_metadata` (torch's node
-    metadata as MLIR locations) are torch_xla's StableHLOExportOptions fields."""
+    metadata as MLIR locations) are torch_xla's StableHLOExportOptions fields. `tracer`: "auto"
+    (torch.export, and torch_xla's lazy trace of one forward pass when torch.export or torch_xla's
+    exporter cannot trace the model), "torch.export" (no fallback: an ExportLoweringError naming
+    where it failed) or "lazy" (torch_xla's lazy trace only: exactly what torch_xla runs)."""
 
     strict: bool = False
     custom_ops_allowed_in_graph: tuple[str, ...] = ()
     export_node_metadata: bool = False
-    # When torch.export or torch_xla's exporter cannot trace the model, export torch_xla's lazy
-    # trace of one forward pass instead (export/lazy.py); False: an ExportLoweringError instead.
-    lazy_fallback: bool = True
+    tracer: str = "auto"
+
+
+TRACER_CHOICES = ("auto", "torch.export", "lazy")
 
 
 def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, *,
@@ -57,6 +61,8 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     import torch
 
     options = options or ExportOptions()
+    if options.tracer not in TRACER_CHOICES:
+        raise InvalidArgumentError(f"options.tracer: {options.tracer!r} is not one of {', '.join(TRACER_CHOICES)}")
     start = _core.next_all_reduce_sequence()
     if isinstance(model, torch.export.ExportedProgram):
         ep, args, kwargs = _given_program(model, args, kwargs)
@@ -69,6 +75,10 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
         kwargs = dict(kwargs or {})
         names = _argument_names(model, len(args), list(kwargs))
         prefix, flat_args, target = "", tuple(args), model
+        if options.tracer == "lazy":
+            from torch_xla_ext.export import lazy
+
+            return lazy.export_lazy(model, args, kwargs, names, start, why=None, stage="ExportOptions(tracer='lazy')")
         if kwargs:
             # torch_xla's exporter takes no kwargs: export a module taking (args, kwargs) flattened
             # positionally, the order `run` takes user inputs in.
@@ -114,10 +124,10 @@ def _fallback(model, args, kwargs, names, start, error, stage, options):
     typed error naming where `stage` failed in the model's code."""
     from torch_xla_ext.export import lazy
 
-    if not options.lazy_fallback:
+    if options.tracer == "torch.export":
         site = lazy.guard_site(error, model)
         raise ExportLoweringError(f"{stage} failed on the model [{lazy.where(site) or 'model'}]: {lazy.first_line(error)} "
-                                  f"(ExportOptions(lazy_fallback=True) exports torch_xla's lazy trace instead)",
+                                  f"(ExportOptions(tracer='auto') exports torch_xla's lazy trace instead)",
                                   module_path=site["module_path"], source=site["source"],
                                   source_line=site["source_line"]) from error
     return lazy.export_lazy(model, args, kwargs, names, start, why=error, stage=stage)

@@ -87,11 +87,13 @@ def _traceback_frames(error: BaseException) -> list[tuple[Any, int]]:
 
 
 def _chain(error: BaseException) -> list[BaseException]:
+    """The error and its explicit causes (`raise ... from`); not `__context__`, which can be any
+    exception that was being handled somewhere up the stack."""
     seen, out, e = set(), [], error
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         out.append(e)
-        e = e.__cause__ or e.__context__
+        e = e.__cause__
     return out
 
 
@@ -165,10 +167,11 @@ def _numpy(t: Any) -> np.ndarray:
 
 
 def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: list[str], calls_start: int, *,
-                why: BaseException, stage: str) -> Bundle:
+                why: BaseException | None, stage: str) -> Bundle:
     """The bundle of torch_xla's lazy trace of ``model(*args, **kwargs)``, or an
     ExportLoweringError saying why there is none. `why` is the error of `stage` ("torch.export" or
-    "torch_xla's exporter") that made export fall back; the manifest keeps it."""
+    "torch_xla's exporter") that made export fall back, None when the lazy trace was asked for;
+    the manifest keeps it."""
     import torch
     import torch.utils._pytree as pytree
     import torch_xla
@@ -177,8 +180,8 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
     from torch_xla_ext._ext import collectives as _core
     from torch_xla_ext.export.exporter import leaf_paths, user_leaves
 
-    guard = guard_site(why, model)
-    reason = f"{stage}: {first_line(why)}"
+    guard = guard_site(why, model) if why is not None else {}
+    reason = f"{stage}: {first_line(why)}" if why is not None else stage
     if where(guard):
         reason += f" [{where(guard)}]"
     if not isinstance(model, torch.nn.Module):
@@ -191,7 +194,7 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
         xleaves = [x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves]
         xargs, xkwargs = pytree.tree_unflatten(xleaves, in_spec)
-        torch_xla.sync()  # weights and inputs become device data, the graph's parameters
+        _shlo.sync_and_wait()  # weights and inputs become device data, the graph's parameters
         finder = _CutFinder(_module_paths(xmodel), guard)
         before = _shlo.host_sync_counts()
         try:
@@ -206,11 +209,17 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         raise ExportLoweringError(f"model: {reason}; and torch_xla's lazy trace of the forward pass failed too "
                                   f"({first_line(e)})", **_site_fields(guard)) from e
     if finder.cuts or any(synced):
-        raise _specialised_error(reason, guard, synced, finder, is_data_dependent(why))
+        raise _specialised_error(reason, guard, synced, finder, why is not None and is_data_dependent(why))
 
     out_leaves, out_spec = pytree.tree_flatten(out)
     paths = leaf_paths(out_spec)
     outputs = [(("output" + p), t) for p, t in zip(paths, out_leaves) if isinstance(t, torch.Tensor)]
+    # Leaves pytree cannot see into (an unregistered class such as transformers' DynamicCache) are
+    # not outputs of the program; the manifest says which.
+    dropped = [f"output{p} ({type(t).__name__})" for p, t in zip(paths, out_leaves)
+               if t is not None and not isinstance(t, (torch.Tensor, bool, int, float, str))]
+    if dropped:
+        reason += f"; not exported (not tensors to torch.utils._pytree): {', '.join(dropped)}"
     if not outputs:
         raise ExportLoweringError(f"model: {reason}; and the model's return value holds no tensor to export "
                                   f"({type(out).__name__})", **_site_fields(guard))
@@ -274,9 +283,9 @@ class _CutFinder:
     """A dispatch mode over the forward pass that notes every op after which torch_xla had executed
     a graph or copied device data to the host (torch_xla's metrics, read around each op), with its
     module path and source line. It stops the trace at the cut that matches torch.export's guard
-    (same module or line), or after MAX_SITES places: each cut compiles and runs a graph."""
+    (same module or line), or after MAX_CUTS cuts: each cut compiles and runs a graph."""
 
-    MAX_SITES = 4
+    MAX_CUTS = 4
 
     def __new__(cls, paths, guard):
         from torch_xla_ext._compat import stablehlo as _shlo
@@ -304,7 +313,7 @@ class _CutFinder:
                     self.found[key] = {"op": op, **site, "count": 1}
                 at_guard = guard.get("source") is not None and site["source"] == guard["source"] or \
                     guard.get("module_path") is not None and site["module_path"] == guard["module_path"]
-                if at_guard or len(self.found) >= cls.MAX_SITES:
+                if at_guard or sum(c["count"] for c in self.found.values()) >= cls.MAX_CUTS:
                     self.stopped = True
                     raise _Stop()
 

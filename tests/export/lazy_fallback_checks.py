@@ -1,0 +1,64 @@
+"""What a refused export must say, checked against independent oracles: torch.export's own error
+(the file and line it reports for the failing call), the model's module tree and the guarding
+module's source (inspect), and torch_xla's own metrics for the lazy trace's host round trips."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+
+from torch_xla_ext import errors, export
+
+
+def torch_export_call_site(model, args, kwargs) -> tuple[str, int]:
+    """(file, line) of the call torch.export's own message says raised its error."""
+    with pytest.raises(Exception) as info:
+        torch.export.export(model, args, kwargs)
+    m = re.search(r'The following call raised this error:\s+File "([^"]+)", line (\d+)', str(info.value))
+    assert m, f"torch.export's message names no call: {str(info.value)[:500]}"
+    return m.group(1), int(m.group(2))
+
+
+def lazy_host_fallbacks(model, args, kwargs) -> dict[str, int]:
+    """torch_xla's counters of ops it ran on the host (aten::*) during one lazy forward pass."""
+    device = torch_xla.device()
+    xmodel = model.to(device)
+    xargs = tuple(a.to(device) for a in args)
+    xkwargs = {k: v.to(device) for k, v in kwargs.items()}
+    torch_xla.sync()
+    before = {n: met.counter_value(n) or 0 for n in met.counter_names() if n.startswith("aten::")}
+    with torch.no_grad():
+        xmodel(*xargs, **xkwargs)
+    torch_xla.sync()
+    after = {n: met.counter_value(n) or 0 for n in met.counter_names() if n.startswith("aten::")}
+    model.to("cpu")
+    return {n: v - before.get(n, 0) for n, v in after.items() if v - before.get(n, 0) > 0}
+
+
+def check_refused(model, args, kwargs, guarding_type: str) -> export.ExportLoweringError:
+    file, line = torch_export_call_site(model, args, kwargs)
+    with pytest.raises(export.ExportLoweringError) as info:
+        export.export(model, args, kwargs)
+    e = info.value
+    assert isinstance(e, errors.TorchXlaExtError) and isinstance(e, NotImplementedError)
+    # where: torch.export's own call site, inside the forward of the module the path names
+    assert e.source == f"{file}:{line}", (e.source, file, line)
+    sub = model.get_submodule(e.module_path)
+    assert type(sub).__name__ == guarding_type
+    lines, first = inspect.getsourcelines(type(sub).forward)
+    assert first <= line < first + len(lines)
+    assert e.source_line == lines[line - first].strip()
+    assert e.module_path in str(e) and f"{file}:{line}" in str(e)
+    # torch_xla's lazy trace is cut too (its own counters: ops run on the host); every cut we name
+    # is an op torch_xla ran on the host or a read of a value to Python
+    host_ops = lazy_host_fallbacks(model, args, kwargs)
+    assert host_ops, "torch_xla ran the forward as one graph; the refusal would be wrong"
+    named = {c["op"].split(".")[1] for c in e.cuts}
+    assert named and named <= {n.split("::")[1] for n in host_ops}, (named, host_ops)
+    assert all(c["count"] >= 1 and c["source"] for c in e.cuts)
+    return e
