@@ -24,20 +24,34 @@ def torch_export_call_site(model, args, kwargs) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
-def lazy_host_fallbacks(model, args, kwargs) -> dict[str, int]:
-    """torch_xla's counters of ops it ran on the host (aten::*) during one lazy forward pass."""
+def lazy_host_fallbacks(module, args, kwargs) -> dict[str, int]:
+    """torch_xla's counters of ops it ran on the host (aten::*) during one lazy forward pass of
+    `module` (moved to the device and back)."""
     device = torch_xla.device()
-    xmodel = model.to(device)
-    xargs = tuple(a.to(device) for a in args)
-    xkwargs = {k: v.to(device) for k, v in kwargs.items()}
+    module.to(device)
+    xargs = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    xkwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     torch_xla.sync()
     before = {n: met.counter_value(n) or 0 for n in met.counter_names() if n.startswith("aten::")}
     with torch.no_grad():
-        xmodel(*xargs, **xkwargs)
+        module(*xargs, **xkwargs)
     torch_xla.sync()
     after = {n: met.counter_value(n) or 0 for n in met.counter_names() if n.startswith("aten::")}
-    model.to("cpu")
+    module.to("cpu")
     return {n: v - before.get(n, 0) for n, v in after.items() if v - before.get(n, 0) > 0}
+
+
+def inputs_of(model, args, kwargs, module) -> tuple[tuple, dict]:
+    """The arguments `module` receives in an eager CPU forward pass of `model`."""
+    seen = []
+    handle = module.register_forward_pre_hook(lambda m, a, kw: seen.append((a, kw)) if not seen else None,
+                                              with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        handle.remove()
+    return seen[0]
 
 
 def check_refused(model, args, kwargs, guarding_type: str) -> export.ExportLoweringError:
@@ -54,11 +68,11 @@ def check_refused(model, args, kwargs, guarding_type: str) -> export.ExportLower
     assert first <= line < first + len(lines)
     assert e.source_line == lines[line - first].strip()
     assert e.module_path in str(e) and f"{file}:{line}" in str(e)
-    # torch_xla's lazy trace is cut too (its own counters: ops run on the host); every cut we name
-    # is an op torch_xla ran on the host or a read of a value to Python
-    host_ops = lazy_host_fallbacks(model, args, kwargs)
+    # torch_xla's lazy trace is cut too: the guarding module alone, on its real inputs, makes
+    # torch_xla run ops on the host (its own counters); every cut we name is such an op
+    host_ops = lazy_host_fallbacks(sub, *inputs_of(model, args, kwargs, sub))
     assert host_ops, "torch_xla ran the forward as one graph; the refusal would be wrong"
-    named = {c["op"].split(".")[1] for c in e.cuts}
+    named = {c["op"].split(".")[1] for c in e.cuts if c["module_path"] == e.module_path}
     assert named and named <= {n.split("::")[1] for n in host_ops}, (named, host_ops)
     assert all(c["count"] >= 1 and c["source"] for c in e.cuts)
     return e
