@@ -53,7 +53,7 @@ def within_float32_rounding(name: str, ours: list, theirs: list) -> int:
             differ += int(np.count_nonzero(o != t))
         else:
             np.testing.assert_array_equal(o, t, err_msg=f"{name}: output {k}")
-    print(f"{name}: {differ} elements not bit-equal to torch_xla's execution")  # the figure for reports
+    print(f"{name}: {differ} elements not bit-equal")  # the figure for reports
     return differ
 
 
