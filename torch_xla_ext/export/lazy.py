@@ -192,7 +192,10 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
     try:
         xmodel = copy.deepcopy(model).to(device)  # the caller's model stays where it is
         leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-        xleaves = [x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves]
+        # A buffer of its own per leaf, so each has its own tensor id (a leaf already on the
+        # device, or passed twice, would otherwise share one with the caller's tensor).
+        xleaves = [(x.detach().clone() if x.device == device else x.detach().to(device))
+                   if isinstance(x, torch.Tensor) else x for x in leaves]
         xargs, xkwargs = pytree.tree_unflatten(xleaves, in_spec)
         _shlo.sync_and_wait()  # weights and inputs become device data, the graph's parameters
         finder = _CutFinder(_module_paths(xmodel), guard)
@@ -250,8 +253,13 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
             locations.append(_shlo.InputLocation("constant", len(constants), ""))
             constants.append(_numpy(value))
         signature.append((list(value.shape), str(value.dtype).replace("torch.", "")))
+    try:
+        text = _shlo.hlo_to_stablehlo_text(proto)
+    except Exception as e:  # noqa: BLE001 - jaxlib's importer refused torch_xla's HLO
+        raise ExportLoweringError(f"model: {reason}; and jaxlib cannot convert the HLO of torch_xla's lazy trace "
+                                  f"to StableHLO ({first_line(e)})", **_site_fields(guard)) from e
     tx = _shlo.TorchXlaExport(
-        text=_shlo.hlo_to_stablehlo_text(proto), input_locations=locations, input_signature=signature,
+        text=text, input_locations=locations, input_signature=signature,
         output_signature=[(list(t.shape), str(t.dtype).replace("torch.", "")) for t in tensors],
         unused_inputs=[], state_dict=state, additional_constants=constants)
     tx.graph_module = LazyProgram(xmodel, in_spec, device)
