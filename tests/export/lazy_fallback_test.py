@@ -233,6 +233,22 @@ def test_qwen2_moe_is_refused_naming_the_guard():
     refused.check_refused(model, args, kwargs, "Qwen2MoeSparseMoeBlock")
 
 
+def test_olmoe_torch_export_program_with_nonzero_is_refused_naming_the_op():
+    """torch.export traces OLMoE (its `torch.where(mask)` becomes an unbacked size), torch_xla's
+    exporter cannot lower that: refused at once, naming the module and line."""
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    torch.manual_seed(0)
+    config = OlmoeConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=zoo.VOCAB, max_position_embeddings=64, num_experts=4,
+                         num_experts_per_tok=2, use_cache=False)
+    model = OlmoeForCausalLM(config).eval()
+    ids = torch.randint(0, zoo.VOCAB, (2, 16), generator=torch.Generator().manual_seed(1))
+    torch.export.export(model, (ids,))  # torch.export itself succeeds
+    e = refused.check_refused(model, (ids,), {}, "OlmoeSparseMoeBlock", torch_export_fails=False)
+    assert "torch.where" in e.source_line or "nonzero" in e.source_line
+
+
 def test_no_fallback_names_the_guard_too():
     model, args, kwargs = zoo.build("mixtral")
     file, line = refused.torch_export_call_site(model, args, kwargs)

@@ -91,6 +91,16 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
         except Exception as e:  # noqa: BLE001 - every failure of torch.export is a reason to fall back
             return _fallback(model, args, kwargs, names, start, e, "torch.export", options)
     calls = _core.recorded_all_reduces_since(start)
+    if names is not None and options.tracer == "auto":
+        from torch_xla_ext.export import lazy
+
+        site = lazy.data_dependent_node(ep)
+        if site is not None:
+            # torch_xla's exporter would run the op on the host, then refuse the program (after
+            # minutes on a real model): go to the lazy trace, which says where and why.
+            why = UnimplementedError(f"the program has a data-dependent value ({site['op']}), which torch_xla's "
+                                     f"exporter cannot lower")
+            return lazy.export_lazy(model, args, kwargs, names, start, why=why, stage="torch.export", guard=site)
     try:
         tx, transforms = _to_torch_xla(ep, options)
     except TorchXlaExtError:

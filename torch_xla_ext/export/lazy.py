@@ -119,6 +119,37 @@ def guard_site(error: BaseException, model: Any) -> dict[str, str | None]:
     return best
 
 
+def data_dependent_node(ep: Any) -> dict[str, str | None] | None:
+    """Where a torch.export program has a value whose shape or value depends on the inputs' values
+    (a free unbacked symbol: `nonzero`'s length, an `.item()`), from torch.export's own node
+    metadata (`nn_module_stack`, `stack_trace`); None if it has none. torch_xla's exporter would
+    run such an op on the host and then refuse the program."""
+    import re
+
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        try:
+            unbacked = bool(free_unbacked_symbols(val)) if val is not None else False
+        except (TypeError, AttributeError):  # a value kind free_unbacked_symbols does not walk
+            unbacked = False
+        if not unbacked:
+            continue
+        site = {"module_path": None, "module_type": None, "source": None, "source_line": None,
+                "op": str(node.target)}
+        stack = node.meta.get("nn_module_stack") or {}
+        if stack:
+            path, kind = list(stack.values())[-1]
+            site["module_path"], site["module_type"] = path, str(getattr(kind, "__name__", kind)).rsplit(".", 1)[-1]
+        frames = re.findall(r'File "([^"]+)", line (\d+)[^\n]*\n\s*(.*)', node.meta.get("stack_trace") or "")
+        if frames:
+            f, line, code = frames[-1]
+            site["source"], site["source_line"] = f"{f}:{line}", code.strip() or None
+        return site
+    return None
+
+
 def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
@@ -167,11 +198,11 @@ def _numpy(t: Any) -> np.ndarray:
 
 
 def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: list[str], calls_start: int, *,
-                why: BaseException | None, stage: str) -> Bundle:
+                why: BaseException | None, stage: str, guard: dict[str, str | None] | None = None) -> Bundle:
     """The bundle of torch_xla's lazy trace of ``model(*args, **kwargs)``, or an
     ExportLoweringError saying why there is none. `why` is the error of `stage` ("torch.export" or
     "torch_xla's exporter") that made export fall back, None when the lazy trace was asked for;
-    the manifest keeps it."""
+    the manifest keeps it. `guard`: where the data dependence is, when known without `why`."""
     import torch
     import torch.utils._pytree as pytree
     import torch_xla
@@ -180,7 +211,8 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
     from torch_xla_ext._ext import collectives as _core
     from torch_xla_ext.export.exporter import leaf_paths, user_leaves
 
-    guard = guard_site(why, model) if why is not None else {}
+    if guard is None:
+        guard = guard_site(why, model) if why is not None else {}
     reason = f"{stage}: {first_line(why)}" if why is not None else stage
     if where(guard):
         reason += f" [{where(guard)}]"
@@ -212,7 +244,8 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         raise ExportLoweringError(f"model: {reason}; and torch_xla's lazy trace of the forward pass failed too "
                                   f"({first_line(e)})", **_site_fields(guard)) from e
     if finder.cuts or any(synced):
-        raise _specialised_error(reason, guard, synced, finder, why is not None and is_data_dependent(why))
+        data_dependent = guard.get("op") is not None or why is not None and is_data_dependent(why)
+        raise _specialised_error(reason, guard, synced, finder, data_dependent)
 
     out_leaves, out_spec = pytree.tree_flatten(out)
     paths = leaf_paths(out_spec)
