@@ -280,3 +280,24 @@ def test_a_model_neither_tracer_can_run_is_a_typed_error():
 def test_bad_tracer_is_named():
     with pytest.raises(ValueError, match="options.tracer"):
         export.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), options=export.ExportOptions(tracer="jit"))
+
+
+def test_cli_refuses_the_moe_with_a_typed_error_and_exports_lazily_on_request(tmp_path):
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=os.pathsep.join(p for p in [root] + sys.path if p))
+
+    def cli(*argv):
+        return subprocess.run([sys.executable, "-m", "torch_xla_ext", "export", *argv], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    proc = cli("--model", "tests.zoo:mixtral", "--out", str(tmp_path / "moe"))
+    assert proc.returncode == 2, proc.stderr[-3000:]  # our typed error: not a traceback
+    error = [line for line in proc.stderr.splitlines() if line.startswith("torch-xla-ext export: error: ")]
+    assert len(error) == 1 and "model.layers.0.block_sparse_moe (MixtralSparseMoeBlock)" in error[0]
+    assert "no one program to export" in error[0]
+    assert "Traceback" not in proc.stderr
+    proc = cli("--model", "tests.zoo:resnet18", "--out", str(tmp_path / "r"), "--tracer", "lazy")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert export.load(tmp_path / "r").manifest.traced_by == LAZY
