@@ -338,3 +338,25 @@ def test_collectives_through_the_lazy_trace_match_torch_exports():
     np.testing.assert_allclose(ours[0], want, rtol=1e-5, atol=1e-6)
     stripped = export.strip_tokens(via_lazy)
     assert "collective_token" not in {i.kind for i in stripped.manifest.inputs}
+
+
+def test_torch_xlas_own_scaled_all_reduce_exports_through_the_lazy_trace(monkeypatch):
+    """xm.all_reduce with scale != 1 (forced to lower at world size 1) does not torch.export
+    (export_test.py); what torch_xla runs for it does: the token by structure, the scale applied."""
+    import torch_xla.core.xla_model as xm
+
+    class Xm(torch.nn.Module):
+        def forward(self, t):
+            return xm.all_reduce(xm.REDUCE_SUM, t, scale=0.5)
+
+    monkeypatch.setenv("XLA_ALWAYS_ALLREDUCE", "1")
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    b = export.export(Xm(), (x,))
+    m = b.manifest
+    assert m.traced_by == LAZY and m.fallback_reason.startswith("torch.export: RuntimeError")
+    (c,) = m.collectives
+    assert (c.op, c.reduce, c.scale, c.requested_scale) == ("all_reduce", "sum", 0.5, None)  # no hook record
+    assert m.inputs[c.token_input].kind == "collective_token"
+    ours = export.run(b, x.numpy())
+    np.testing.assert_array_equal(ours[0], x.numpy() * 0.5)  # world size 1: the scale alone
+    within_float32_rounding("xm.all_reduce", ours, torch_xla_outputs(b, (x,), {}))
