@@ -230,7 +230,7 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
                    if isinstance(x, torch.Tensor) else x for x in leaves]
         xargs, xkwargs = pytree.tree_unflatten(xleaves, in_spec)
         _shlo.sync_and_wait()  # weights and inputs become device data, the graph's parameters
-        finder = _CutFinder(_module_paths(xmodel), guard)
+        finder = _cut_finder(_module_paths(xmodel), guard)
         before = _shlo.host_sync_counts()
         try:
             with torch.no_grad(), finder:
@@ -314,57 +314,53 @@ class _Stop(Exception):
     """Ends a lazy trace that is already known to be cut (each further cut compiles a graph)."""
 
 
-def _cut_finder_base():
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    return TorchDispatchMode
+MAX_CUTS = 4  # each cut compiles and runs a graph: the trace stops after this many
 
 
-class _CutFinder:
+def _cut_finder(paths: dict[int, str], guard: dict[str, Any]):
     """A dispatch mode over the forward pass that notes every op after which torch_xla had executed
     a graph or copied device data to the host (torch_xla's metrics, read around each op), with its
-    module path and source line. It stops the trace at the cut that matches torch.export's guard
-    (same module or line), or after MAX_CUTS cuts: each cut compiles and runs a graph."""
+    module path and source line (`.cuts`). It stops the trace (raises _Stop) at the cut that
+    matches torch.export's guard (same module or line), or after MAX_CUTS cuts."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    MAX_CUTS = 4
+    from torch_xla_ext._compat import stablehlo as _shlo
 
-    def __new__(cls, paths, guard):
-        from torch_xla_ext._compat import stablehlo as _shlo
+    class CutFinder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.found: dict[tuple, dict[str, Any]] = {}
+            self.stopped = False
 
-        base = _cut_finder_base()
+        @property
+        def cuts(self) -> list[dict[str, Any]]:
+            return list(self.found.values())
 
-        class Mode(base):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                before = _shlo.host_sync_counts()
-                out = func(*args, **(kwargs or {}))
-                if _shlo.host_sync_counts() != before:
-                    self._note(str(func), sys._getframe(1))
-                return out
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            before = _shlo.host_sync_counts()
+            out = func(*args, **(kwargs or {}))
+            if _shlo.host_sync_counts() != before:
+                self._note(str(func), sys._getframe(1))
+            return out
 
-            def _note(self, op, frame):
-                frames = []
-                while frame is not None:
-                    frames.append((frame, frame.f_lineno))
-                    frame = frame.f_back
-                site = site_of(frames, paths)
-                key = (op, site["module_path"], site["source"])
-                if key in self.found:
-                    self.found[key]["count"] += 1
-                else:
-                    self.found[key] = {"op": op, **site, "count": 1}
-                at_guard = guard.get("source") is not None and site["source"] == guard["source"] or \
-                    guard.get("module_path") is not None and site["module_path"] == guard["module_path"]
-                if at_guard or sum(c["count"] for c in self.found.values()) >= cls.MAX_CUTS:
-                    self.stopped = True
-                    raise _Stop()
+        def _note(self, op: str, frame: Any) -> None:
+            frames = []
+            while frame is not None:
+                frames.append((frame, frame.f_lineno))
+                frame = frame.f_back
+            site = site_of(frames, paths)
+            key = (op, site["module_path"], site["source"])
+            if key in self.found:
+                self.found[key]["count"] += 1
+            else:
+                self.found[key] = {"op": op, **site, "count": 1}
+            at_guard = (guard.get("source") is not None and site["source"] == guard["source"]) or \
+                (guard.get("module_path") is not None and site["module_path"] == guard["module_path"])
+            if at_guard or sum(c["count"] for c in self.found.values()) >= MAX_CUTS:
+                self.stopped = True
+                raise _Stop()
 
-            @property
-            def cuts(self):
-                return list(self.found.values())
-
-        mode = Mode()
-        mode.found, mode.stopped = {}, False
-        return mode
+    return CutFinder()
 
 
 def _specialised_error(reason: str, guard: dict, synced: list[int], finder: Any, data_dependent: bool):
