@@ -1,7 +1,10 @@
 """Export on every zoo model: export -> save -> load -> run against torch_xla's execution of the
 same export, manifest roles against torch.export's graph signature, output names against
-torch.utils._pytree, int64 kept, and to_jax's round trip (checks in zoo_checks.py). Bazel runs it
-in groups of models (`-k`), one export per model per process."""
+torch.utils._pytree, int64 kept, and to_jax's round trip (checks in zoo_checks.py). A model whose
+shapes depend on its inputs' values (the MoE) has no one program: its export must be refused with
+the typed error naming the guard, checked against torch.export's own report and torch_xla's
+metrics (lazy_fallback_checks.py). Bazel runs it in groups of models (`-k`), one export per model
+per process."""
 
 import os
 import sys
@@ -9,12 +12,22 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+import lazy_fallback_checks as refused  # noqa: E402
 import zoo_checks as checks  # noqa: E402
 
 from tests import zoo  # noqa: E402
 
+EXPORTABLE = tuple(n for n in zoo.NAMES if zoo.MODELS[n].data_dependent is None)
+DATA_DEPENDENT = tuple(n for n in zoo.NAMES if zoo.MODELS[n].data_dependent is not None)
 
-@pytest.fixture(scope="module", params=zoo.NAMES)
+
+@pytest.mark.parametrize("name", DATA_DEPENDENT)
+def test_data_dependent_model_is_refused_naming_the_guard(name):
+    model, args, kwargs = zoo.build(name)
+    refused.check_refused(model, args, kwargs, zoo.MODELS[name].data_dependent)
+
+
+@pytest.fixture(scope="module", params=EXPORTABLE)
 def case(request, tmp_path_factory):
     return checks.build_case(request.param, str(tmp_path_factory.mktemp("zoo")))
 

@@ -264,7 +264,7 @@ def test_jax_only_venv_agrees_with_the_pinned_stack(tool, pinned, tmp_path):
     low, high = info["window"]
     assert f"calling convention version {high + 1} is outside jax {RELEASES[tool]}'s window [{low}, {high}]" \
         in errors.get("window", ""), errors
-    assert "beyond.jax_export" in errors["window"]
+    assert "beyond/exported.jax" in errors["window"]
     torch_side = errors.get("torch_side", "")
     assert "torch_xla_ext.export.export needs the pinned torch stack" in torch_side, errors
     assert "torch: not installed, needed 2.9.0" in torch_side and "torch_xla: not installed, needed 2.9.0" in torch_side

@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any, Callable
 
 __all__ = ["MODELS", "NAMES", "ZooModel", "build", "primary_output"] + [
-    "resnet18", "mobilenet_v3", "vit", "gpt2", "bert", "llama", "t5", "clip"]
+    "resnet18", "mobilenet_v3", "vit", "gpt2", "bert", "llama", "t5", "clip", "mixtral"]
 
 SEED = 0
 BATCH = 2
@@ -41,6 +41,8 @@ class ZooModel:
     source: the library class and the config it is built from.
     factory: returns ``(model, args, kwargs)``.
     int_inputs: names of the integer inputs (token ids), which must never be narrowed.
+    data_dependent: the nn.Module class whose forward has shapes that depend on the inputs' values
+        (an MoE's routing), so there is no one program to export; None for the others.
     """
 
     name: str
@@ -48,6 +50,7 @@ class ZooModel:
     source: str
     factory: Callable[[], tuple[Any, tuple, dict]]
     int_inputs: tuple[str, ...] = ()
+    data_dependent: str | None = None
 
     def build(self) -> tuple[Any, tuple, dict]:
         return self.factory()
@@ -214,6 +217,21 @@ def clip():
     return _hf(CLIPModel, config), (_tokens(g),), {"pixel_values": _image(g), "attention_mask": _mask()}
 
 
+def mixtral():
+    """transformers MixtralForCausalLM: a sparse mixture of experts (4 experts, top-2 routing per
+    token) after grouped-query attention, 2 layers. Its routing is data-dependent: which experts
+    run, and on which tokens, comes from `nonzero` of the router's choice (torch.export cannot
+    trace it; torch_xla runs it by executing the graph up to each `nonzero`)."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    g = _seeded()
+    config = MixtralConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+                           num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0,
+                           use_cache=False)
+    return _hf(MixtralForCausalLM, config), (_tokens(g),), {"attention_mask": _mask()}
+
+
 MODELS: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("resnet18", "cnn", "torchvision.models.resnet18(num_classes=10)", resnet18),
     ZooModel("mobilenet_v3", "cnn", "torchvision.models.mobilenet_v3_small(num_classes=10)", mobilenet_v3),
@@ -229,6 +247,9 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
              ("input_ids", "attention_mask", "decoder_input_ids")),
     ZooModel("clip", "dual-encoder", "transformers CLIPModel(CLIPConfig(2-layer text and vision towers))", clip,
              ("input_ids", "attention_mask")),
+    ZooModel("mixtral", "moe-decoder",
+             "transformers MixtralForCausalLM(MixtralConfig(2 layers, 4 experts, top-2, GQA 4/2 heads))", mixtral,
+             ("input_ids", "attention_mask"), data_dependent="MixtralSparseMoeBlock"),
 ]}
 NAMES: tuple[str, ...] = tuple(MODELS)
 

@@ -437,3 +437,61 @@ def xla_all_reduce(reduce_type: str, tensor: Any, scale: float, groups: list[lis
     import torch_xla
 
     return torch_xla._XLAC._xla_all_reduce(reduce_type, tensor, scale, groups, True)
+
+
+# ---- torch_xla's lazy trace (the export fallback, export/lazy.py) ------------------------------
+
+
+def tensor_id(tensor: Any) -> int:
+    """torch_xla's id of an XLA tensor: what `lazy_graph`'s parameter ids are matched against
+    (the tensor that first owned a device buffer; torch_xla's own exporter matches the same way)."""
+    import torch_xla
+
+    return int(torch_xla._XLAC._xla_get_tensor_id(tensor))
+
+
+def lazy_graph(tensors: list) -> tuple[list[int], list[Any], bytes]:
+    """The pending lazy graph computing ``tensors``, without running it: (tensor id of the device
+    data behind each HLO parameter, that data as a tensor, the HloModuleProto). Parameter i of
+    the entry computation is the i-th device-data node of the same walk of the IR graph."""
+    import torch_xla
+
+    ids, values = torch_xla._XLAC._get_tensors_xla_device_data_node(list(tensors))
+    proto = torch_xla._XLAC._get_xla_tensors_hlo_proto(list(tensors))
+    return [int(i) for i in ids], list(values), bytes(proto)
+
+
+def hlo_to_stablehlo_text(proto: bytes) -> str:
+    """StableHLO text of an HloModuleProto (jaxlib's converter, XLA's own HLO importer)."""
+    from jax.extend import mlir as jmlir
+    from jax.extend.mlir import ir
+
+    from torch_xla_ext._compat import jax_mlir
+
+    bytecode = jmlir.hlo_to_stablehlo(proto)
+    with jax_mlir.make_context():
+        module = ir.Module.parse(bytecode)
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def sync_and_wait() -> None:
+    """Runs every pending graph and waits for it (and every earlier execution) to finish, so
+    torch_xla's execution metrics move no more until something new runs."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    torch_xla.sync()
+    xm.wait_device_ops()
+
+
+def host_sync_counts() -> tuple[int, int]:
+    """(graphs executed, device-to-host transfers) so far in this process, from torch_xla's
+    metrics: a forward pass that moves either was cut into several graphs by the host."""
+    import torch_xla.debug.metrics as met
+
+    def count(name):
+        data = met.metric_data(name)
+        return int(data[0]) if data else 0
+
+    return count("ExecuteTime"), count("TransferFromDeviceTime")
+

@@ -13,8 +13,10 @@ def _run_export(args: argparse.Namespace) -> int:
     from torch_xla_ext import export
 
     model, example_args, kwargs = load_model(args.model)
-    progress(f"exporting {args.model} with torch.export and torch_xla")
-    bundle = export.export(model, example_args, kwargs)
+    progress(f"exporting {args.model} (tracer: {args.tracer})")
+    bundle = export.export(model, example_args, kwargs, options=export.ExportOptions(tracer=args.tracer))
+    if bundle.manifest.traced_by != "torch.export":
+        progress(f"traced by {bundle.manifest.traced_by}: {bundle.manifest.fallback_reason}")
     if args.strip_tokens:
         bundle = export.strip_tokens(bundle)
     if args.inline_constants or args.inline_weights:
@@ -47,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY", help="e.g. mymodels:make_mlp")
     p.add_argument("--out", required=True, metavar="DIR", help="bundle directory to write")
+    p.add_argument("--tracer", choices=("auto", "torch.export", "lazy"), default="auto",
+                   help="auto: torch.export, else torch_xla's lazy trace of one forward pass (docs/export.md)")
     p.add_argument("--strip-tokens", action="store_true", help="make collective tokens inside main")
     p.add_argument("--inline-constants", action="store_true", help="bake lifted constants into the module")
     p.add_argument("--inline-weights", action="store_true", help="bake constants and weights into the module")

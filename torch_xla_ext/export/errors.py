@@ -31,8 +31,21 @@ class BundleTypeError(ArgumentTypeError):
 
 
 class ExportLoweringError(UnimplementedError):
-    """torch_xla's lowering of the program computes something other than torch.export's program
-    (an output of another shape); names the output."""
+    """No program to export that computes what the model computes: torch_xla's lowering changes
+    an output (names the output), or the model's shapes or control flow depend on its inputs'
+    values, so neither torch.export nor torch_xla's lazy trace gives one program (names where).
+
+    ``module_path`` (the nn.Module path of the guard, "" for the root), ``source`` ("file:line")
+    and ``source_line`` (that line's code) say where, when known; ``cuts`` lists where torch_xla's
+    own lazy trace of the model was cut: {"op", "module_path", "source", "count"}."""
+
+    def __init__(self, message: str, *, module_path: str | None = None, source: str | None = None,
+                 source_line: str | None = None, cuts: list | None = None):
+        super().__init__(message)
+        self.module_path = module_path
+        self.source = source
+        self.source_line = source_line
+        self.cuts = list(cuts or [])
 
 
 class WeightsTooLargeError(BundleError):

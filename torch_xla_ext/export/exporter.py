@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from torch_xla_ext import _versions
 from torch_xla_ext._ext import collectives as _core
-from torch_xla_ext.errors import ArgumentTypeError, UnimplementedError
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError, TorchXlaExtError, UnimplementedError
 from torch_xla_ext.export.bundle import Bundle, from_torch_xla
 from torch_xla_ext.export.errors import ExportLoweringError
 from torch_xla_ext.export.manifest import PYTHON_PREFIX, torch_dtype_name
@@ -31,11 +31,18 @@ EMPTY_DIMS_REWRITE = "aten reductions dim=[]->all dims"
 class ExportOptions:
     """Options of :func:`export`. `strict` is torch.export's; `custom_ops_allowed_in_graph`
     (op namespaces lowered to stablehlo.custom_call) and `export_node_metadata` (torch's node
-    metadata as MLIR locations) are torch_xla's StableHLOExportOptions fields."""
+    metadata as MLIR locations) are torch_xla's StableHLOExportOptions fields. `tracer`: "auto"
+    (torch.export, and torch_xla's lazy trace of one forward pass when torch.export or torch_xla's
+    exporter cannot trace the model), "torch.export" (no fallback: an ExportLoweringError naming
+    where it failed) or "lazy" (torch_xla's lazy trace only: exactly what torch_xla runs)."""
 
     strict: bool = False
     custom_ops_allowed_in_graph: tuple[str, ...] = ()
     export_node_metadata: bool = False
+    tracer: str = "auto"
+
+
+TRACER_CHOICES = ("auto", "torch.export", "lazy")
 
 
 def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, *,
@@ -56,6 +63,8 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     import torch
 
     options = options or ExportOptions()
+    if options.tracer not in TRACER_CHOICES:
+        raise InvalidArgumentError(f"options.tracer: {options.tracer!r} is not one of {', '.join(TRACER_CHOICES)}")
     start = _core.next_all_reduce_sequence()
     if isinstance(model, torch.export.ExportedProgram):
         ep, args, kwargs = _given_program(model, args, kwargs)
@@ -68,14 +77,40 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
         kwargs = dict(kwargs or {})
         names = _argument_names(model, len(args), list(kwargs))
         prefix, flat_args, target = "", tuple(args), model
+        if options.tracer == "lazy":
+            from torch_xla_ext.export import lazy
+
+            return lazy.export_lazy(model, args, kwargs, names, start, why=None, stage="ExportOptions(tracer='lazy')")
         if kwargs:
             # torch_xla's exporter takes no kwargs: export a module taking (args, kwargs) flattened
             # positionally, the order `run` takes user inputs in.
             target, flat_args = _Positional(model, len(args), list(kwargs)), tuple(args) + tuple(kwargs.values())
             prefix = "inner."
-        ep = torch.export.export(target, flat_args, strict=options.strict)
+        try:
+            ep = torch.export.export(target, flat_args, strict=options.strict)
+        except TorchXlaExtError:
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure of torch.export is a reason to fall back
+            return _fallback(model, args, kwargs, names, start, e, "torch.export", options)
     calls = _core.recorded_all_reduces_since(start)
-    tx, transforms = _to_torch_xla(ep, options)
+    if names is not None and options.tracer == "auto":
+        from torch_xla_ext.export import lazy
+
+        site = lazy.data_dependent_node(ep)
+        if site is not None:
+            # torch_xla's exporter would run the op on the host, then refuse the program (after
+            # minutes on a real model): go to the lazy trace, which says where and why.
+            why = UnimplementedError(f"the program has a data-dependent value ({site['op']}), which torch_xla's "
+                                     f"exporter cannot lower")
+            return lazy.export_lazy(model, args, kwargs, names, start, why=why, stage="torch.export", guard=site)
+    try:
+        tx, transforms = _to_torch_xla(ep, options)
+    except TorchXlaExtError:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch_xla's exporter failed on a program torch.export made
+        if names is None:  # an ExportedProgram: there is no module to trace lazily
+            raise
+        return _fallback(model, args, kwargs, names, start, e, "torch_xla's exporter", options)
     if prefix:
         _strip_prefix(tx, prefix)
 
@@ -94,6 +129,20 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     bundle.manifest.transforms.extend(transforms)
     bundle.torch_xla_export = tx
     return bundle
+
+
+def _fallback(model, args, kwargs, names, start, error, stage, options):
+    """torch_xla's lazy trace of the model (export/lazy.py), or, with lazy_fallback off, the
+    typed error naming where `stage` failed in the model's code."""
+    from torch_xla_ext.export import lazy
+
+    if options.tracer == "torch.export":
+        site = lazy.guard_site(error, model)
+        raise ExportLoweringError(f"{stage} failed on the model [{lazy.where(site) or 'model'}]: {lazy.first_line(error)} "
+                                  f"(ExportOptions(tracer='auto') exports torch_xla's lazy trace instead)",
+                                  module_path=site["module_path"], source=site["source"],
+                                  source_line=site["source_line"]) from error
+    return lazy.export_lazy(model, args, kwargs, names, start, why=error, stage=stage)
 
 
 def _check_output_shapes(ep, tx, out_names: list[str] | None) -> None:

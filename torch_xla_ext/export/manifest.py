@@ -24,6 +24,9 @@ FORMAT_VERSION = 2
 READABLE_FORMAT_VERSIONS = (1, 2)
 MANIFEST_FILE = "manifest.json"
 INPUT_KINDS = ("user_input", "parameter", "buffer", "constant", "collective_token")
+# What traced the program: torch.export (then torch_xla's exporter), or torch_xla's lazy trace of
+# one forward pass when torch.export could not (export/lazy.py).
+TRACERS = ("torch.export", "torch_xla lazy trace")
 
 # MLIR element type <-> numpy dtype name (bfloat16 through ml_dtypes). The one dtype table.
 ELEMENT_TYPES = {
@@ -113,6 +116,8 @@ class Manifest:
     # Collectives inside while/case bodies, which `collectives` does not describe: {"op", "inside"}
     nested_collectives: list[dict[str, str]] = dataclasses.field(default_factory=list)
     format_version: int = FORMAT_VERSION
+    traced_by: str = "torch.export"        # one of TRACERS
+    fallback_reason: str | None = None     # why torch.export's path was not taken (traced_by != torch.export)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -262,7 +267,11 @@ class Manifest:
                                  "a list of strings", optional=True) or []),
             portable_artifact_version=need(d, "portable_artifact_version", "portable_artifact_version", _is_str,
                                            "a string or null", optional=True),
-            nested_collectives=nested, format_version=version)
+            nested_collectives=nested, format_version=version,
+            traced_by=need(d, "traced_by", "traced_by", lambda v: v in TRACERS, f"one of {', '.join(TRACERS)}",
+                           optional=True) or "torch.export",
+            fallback_reason=need(d, "fallback_reason", "fallback_reason", _is_str, "a string or null",
+                                 optional=True))
 
     def table(self) -> str:
         """The manifest as plain-text tables (inputs, outputs, collectives)."""
@@ -303,6 +312,8 @@ class Manifest:
                        ", ".join(f"{c['op']} in {c['inside']}" for c in self.nested_collectives))
         if self.transforms:
             out.append("transforms: " + ", ".join(self.transforms))
+        if self.traced_by != "torch.export":
+            out.append(f"traced by: {self.traced_by} ({self.fallback_reason})")
         return "\n\n".join(out)
 
 

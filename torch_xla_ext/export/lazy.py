@@ -1,0 +1,389 @@
+"""The export fallback: when torch.export (or torch_xla's exporter) cannot trace a model, export
+what torch_xla itself compiles for it -- the lazy trace of one forward pass, its HLO converted to
+StableHLO by jaxlib -- with the same manifest and bundle format.
+
+Every HLO parameter is matched to what it is by identity (torch_xla's tensor id of the device
+data behind it): a user input, a parameter or buffer by its state-dict name, or a constant
+torch_xla created during the trace (a Python scalar, a `torch.zeros`). Nothing is matched by shape
+or value. That is sound only if the trace is one program: if the forward pass executed a graph or
+copied device data to the host (`nonzero`, `.item()`, `if tensor:`), what torch_xla compiles last
+takes the results of earlier graphs as device data and is specialised on this input's values. Such
+a trace is never exported: an ExportLoweringError names the nn.Module path and source line of
+torch.export's data-dependent guard and every place torch_xla's trace was cut.
+
+Example:
+    >>> b = export(moe_free_model, (x,))        # torch.export fails on it; torch_xla traces it whole
+    >>> b.manifest.traced_by
+    'torch_xla lazy trace'
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import sysconfig
+from typing import Any, Sequence
+
+import numpy as np
+
+from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext.export.bundle import Bundle, from_torch_xla
+from torch_xla_ext.export.errors import ExportLoweringError
+
+LAZY_TRACE = "torch_xla lazy trace"
+
+
+# --- where: module path and source line of a frame stack ------------------------------------------
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Directories whose frames are never "the model's code": torch, torch_xla, this package and
+    the standard library."""
+    import torch
+    import torch_xla
+
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(torch_xla.__file__),
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sysconfig.get_paths()["stdlib"]]
+    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+
+
+def site_of(frames: Sequence[Any], module_paths: dict[int, str]) -> dict[str, str | None]:
+    """{"module_path", "module_type", "source", "source_line"} of a stack given innermost frame
+    first: the innermost frame outside torch/torch_xla/the stdlib is the source line; the
+    innermost frame whose `self` is a submodule of the model (by identity) gives the module path."""
+    import linecache
+
+    libs = _library_dirs()
+    out: dict[str, str | None] = {"module_path": None, "module_type": None, "source": None, "source_line": None}
+    for frame, lineno in frames:
+        filename = frame.f_code.co_filename
+        if out["source"] is None and not os.path.realpath(filename).startswith(libs) and not filename.startswith("<"):
+            out["source"] = f"{filename}:{lineno}"
+            out["source_line"] = linecache.getline(filename, lineno).strip() or None
+        owner = frame.f_locals.get("self") if out["module_path"] is None else None
+        if owner is not None and id(owner) in module_paths:
+            out["module_path"] = module_paths[id(owner)]
+            out["module_type"] = type(owner).__name__
+        if out["source"] is not None and out["module_path"] is not None:
+            break
+    return out
+
+
+def _module_paths(model: Any) -> dict[int, str]:
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    return {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
+
+
+def _traceback_frames(error: BaseException) -> list[tuple[Any, int]]:
+    tb, frames = error.__traceback__, []
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return frames[::-1]
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The error and its explicit causes (`raise ... from`); not `__context__`, which can be any
+    exception that was being handled somewhere up the stack."""
+    seen, out, e = set(), [], error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        out.append(e)
+        e = e.__cause__
+    return out
+
+
+def is_data_dependent(error: BaseException) -> bool:
+    """Whether torch.export failed on a guard over a data-dependent value (an unbacked symbol
+    such as the length of `nonzero`'s result)."""
+    from torch.fx.experimental import symbolic_shapes
+
+    kinds = tuple(k for k in (getattr(symbolic_shapes, "GuardOnDataDependentSymNode", None),
+                              getattr(symbolic_shapes, "PendingUnbackedSymbolNotFound", None)) if k is not None)
+    return any(isinstance(e, kinds) for e in _chain(error))
+
+
+def guard_site(error: BaseException, model: Any) -> dict[str, str | None]:
+    """Where torch.export's error was raised in the model's code (the innermost exception of the
+    chain whose traceback passes through it)."""
+    paths = _module_paths(model)
+    best = {"module_path": None, "module_type": None, "source": None, "source_line": None}
+    for e in _chain(error):
+        site = site_of(_traceback_frames(e), paths)
+        if site["source"] is not None and (best["source"] is None or site["module_path"] is not None):
+            best = site
+    return best
+
+
+def data_dependent_node(ep: Any) -> dict[str, str | None] | None:
+    """Where a torch.export program has a value whose shape or value depends on the inputs' values
+    (a free unbacked symbol: `nonzero`'s length, an `.item()`), from torch.export's own node
+    metadata (`nn_module_stack`, `stack_trace`); None if it has none. torch_xla's exporter would
+    run such an op on the host and then refuse the program."""
+    import re
+
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        try:
+            unbacked = bool(free_unbacked_symbols(val)) if val is not None else False
+        except (TypeError, AttributeError):  # a value kind free_unbacked_symbols does not walk
+            unbacked = False
+        if not unbacked:
+            continue
+        site = {"module_path": None, "module_type": None, "source": None, "source_line": None,
+                "op": str(node.target)}
+        stack = node.meta.get("nn_module_stack") or {}
+        if stack:
+            path, kind = list(stack.values())[-1]
+            site["module_path"], site["module_type"] = path, str(getattr(kind, "__name__", kind)).rsplit(".", 1)[-1]
+        frames = re.findall(r'File "([^"]+)", line (\d+)[^\n]*\n\s*(.*)', node.meta.get("stack_trace") or "")
+        if frames:
+            f, line, code = frames[-1]
+            site["source"], site["source_line"] = f"{f}:{line}", code.strip() or None
+        return site
+    return None
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def where(site: dict[str, str | None]) -> str:
+    parts = []
+    if site.get("module_path") is not None:
+        parts.append(f"{site['module_path'] or '(root)'} ({site['module_type']})")
+    if site.get("source"):
+        parts.append(f"at {site['source']}" + (f" `{site['source_line']}`" if site.get("source_line") else ""))
+    return " ".join(parts)
+
+
+# --- the fallback ----------------------------------------------------------------------------------
+
+
+class LazyProgram:
+    """torch_xla's own execution of the exported lazy graph: the device copy of the model called
+    on the user inputs (flattened leaves, as `run` takes them); returns the output tensors in the
+    manifest's order. It is what `run` is compared against (``bundle.torch_xla_export.graph_module``)."""
+
+    def __init__(self, xmodel: Any, in_spec: Any, device: Any):
+        self.xmodel, self.in_spec, self.device = xmodel, in_spec, device
+
+    def __call__(self, *leaves: Any) -> list:
+        import torch
+        import torch.utils._pytree as pytree
+
+        moved = [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in leaves]
+        args, kwargs = pytree.tree_unflatten(moved, self.in_spec)
+        with torch.no_grad():
+            out = self.xmodel(*args, **kwargs)
+        return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _numpy(t: Any) -> np.ndarray:
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: its bits, viewed through ml_dtypes
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: list[str], calls_start: int, *,
+                why: BaseException | None, stage: str, guard: dict[str, str | None] | None = None) -> Bundle:
+    """The bundle of torch_xla's lazy trace of ``model(*args, **kwargs)``, or an
+    ExportLoweringError saying why there is none. `why` is the error of `stage` ("torch.export" or
+    "torch_xla's exporter") that made export fall back, None when the lazy trace was asked for;
+    the manifest keeps it. `guard`: where the data dependence is, when known without `why`."""
+    import torch
+    import torch.utils._pytree as pytree
+    import torch_xla
+
+    from torch_xla_ext._compat import stablehlo as _shlo
+    from torch_xla_ext._ext import collectives as _core
+    from torch_xla_ext.export.exporter import leaf_paths, user_leaves
+
+    if guard is None:
+        guard = guard_site(why, model) if why is not None else {}
+    reason = f"{stage}: {first_line(why)}" if why is not None else stage
+    if where(guard):
+        reason += f" [{where(guard)}]"
+    if not isinstance(model, torch.nn.Module):
+        raise ExportLoweringError(f"model: {reason}; the fallback to torch_xla's lazy trace needs an nn.Module "
+                                  f"(its parameters are matched by identity), got {type(model).__name__}",
+                                  **_site_fields(guard)) from why
+    device = torch_xla.device()
+    try:
+        xmodel = copy.deepcopy(model).to(device)  # the caller's model stays where it is
+        leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        # A buffer of its own per leaf, so each has its own tensor id (a leaf already on the
+        # device, or passed twice, would otherwise share one with the caller's tensor).
+        xleaves = [(x.detach().clone() if x.device == device else x.detach().to(device))
+                   if isinstance(x, torch.Tensor) else x for x in leaves]
+        xargs, xkwargs = pytree.tree_unflatten(xleaves, in_spec)
+        _shlo.sync_and_wait()  # weights and inputs become device data, the graph's parameters
+        finder = _cut_finder(_module_paths(xmodel), guard)
+        before = _shlo.host_sync_counts()
+        try:
+            with torch.no_grad(), finder:
+                out = xmodel(*xargs, **xkwargs)
+        except _Stop:
+            out = None
+        synced = [b - a for a, b in zip(before, _shlo.host_sync_counts())]
+    except TorchXlaExtError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the model does not run on torch_xla either: say both
+        raise ExportLoweringError(f"model: {reason}; and torch_xla's lazy trace of the forward pass failed too "
+                                  f"({first_line(e)})", **_site_fields(guard)) from e
+    if finder.cuts or any(synced):
+        data_dependent = guard.get("op") is not None or why is not None and is_data_dependent(why)
+        raise _specialised_error(reason, guard, synced, finder, data_dependent)
+
+    out_leaves, out_spec = pytree.tree_flatten(out)
+    paths = leaf_paths(out_spec)
+    outputs = [(("output" + p), t) for p, t in zip(paths, out_leaves) if isinstance(t, torch.Tensor)]
+    # Leaves pytree cannot see into (an unregistered class such as transformers' DynamicCache) are
+    # not outputs of the program; the manifest says which.
+    dropped = [f"output{p} ({type(t).__name__})" for p, t in zip(paths, out_leaves)
+               if t is not None and not isinstance(t, (torch.Tensor, bool, int, float, str))]
+    if dropped:
+        reason += f"; not exported (not tensors to torch.utils._pytree): {', '.join(dropped)}"
+    if not outputs:
+        raise ExportLoweringError(f"model: {reason}; and the model's return value holds no tensor to export "
+                                  f"({type(out).__name__})", **_site_fields(guard))
+    tensors = [t for _, t in outputs]
+    ids, values, proto = _shlo.lazy_graph(tensors)
+
+    # What each device buffer is, by torch_xla's tensor id (a tied weight is its first name).
+    owner: dict[int, tuple[str, Any]] = {}
+    for pos, x in enumerate(xleaves):
+        if isinstance(x, torch.Tensor):
+            owner.setdefault(_shlo.tensor_id(x), ("input_arg", pos))
+    kinds: dict[str, str] = {}
+    for kind, named in (("parameter", xmodel.named_parameters(remove_duplicate=False)),
+                        ("buffer", xmodel.named_buffers(remove_duplicate=False))):
+        for name, t in named:
+            if _shlo.tensor_id(t) not in owner:
+                owner[_shlo.tensor_id(t)] = ("parameter", name)
+                kinds[name] = kind
+    locations, signature, state, constants = [], [], {}, []
+    for tid, value in zip(ids, values):
+        what, key = owner.get(tid, ("constant", None))
+        if what == "input_arg":
+            locations.append(_shlo.InputLocation("input_arg", key, ""))
+        elif what == "parameter":
+            locations.append(_shlo.InputLocation("parameter", -1, key))
+            state[key] = _numpy(value)
+        else:  # made by torch_xla during the trace from no device data: a Python scalar, a factory op
+            locations.append(_shlo.InputLocation("constant", len(constants), ""))
+            constants.append(_numpy(value))
+        signature.append((list(value.shape), str(value.dtype).replace("torch.", "")))
+    try:
+        text = _shlo.hlo_to_stablehlo_text(proto)
+    except Exception as e:  # noqa: BLE001 - jaxlib's importer refused torch_xla's HLO
+        raise ExportLoweringError(f"model: {reason}; and jaxlib cannot convert the HLO of torch_xla's lazy trace "
+                                  f"to StableHLO ({first_line(e)})", **_site_fields(guard)) from e
+    tx = _shlo.TorchXlaExport(
+        text=text, input_locations=locations, input_signature=signature,
+        output_signature=[(list(t.shape), str(t.dtype).replace("torch.", "")) for t in tensors],
+        unused_inputs=[], state_dict=state, additional_constants=constants)
+    tx.graph_module = LazyProgram(xmodel, in_spec, device)
+    calls = _core.recorded_all_reduces_since(calls_start)
+    bundle = from_torch_xla(tx, kinds, user_leaves(args, kwargs, names), calls,
+                            output_names=[n for n, _ in outputs])
+    bundle.manifest.traced_by = LAZY_TRACE
+    bundle.manifest.fallback_reason = reason
+    bundle.torch_xla_export = tx
+    return bundle
+
+
+def _site_fields(site: dict[str, str | None]) -> dict[str, Any]:
+    return {"module_path": site.get("module_path"), "source": site.get("source"),
+            "source_line": site.get("source_line")}
+
+
+class _Stop(Exception):
+    """Ends a lazy trace that is already known to be cut (each further cut compiles a graph)."""
+
+
+MAX_CUTS = 4  # each cut compiles and runs a graph: the trace stops after this many
+
+
+def _cut_finder(paths: dict[int, str], guard: dict[str, Any]):
+    """A dispatch mode over the forward pass that notes every op after which torch_xla had executed
+    a graph or copied device data to the host (torch_xla's metrics, read around each op), with its
+    module path and source line (`.cuts`). It stops the trace (raises _Stop) at the cut that
+    matches torch.export's guard (same module or line), or after MAX_CUTS cuts."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torch_xla_ext._compat import stablehlo as _shlo
+
+    class CutFinder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.found: dict[tuple, dict[str, Any]] = {}
+            self.stopped = False
+
+        @property
+        def cuts(self) -> list[dict[str, Any]]:
+            return list(self.found.values())
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            before = _shlo.host_sync_counts()
+            out = func(*args, **(kwargs or {}))
+            if _shlo.host_sync_counts() != before:
+                self._note(str(func), sys._getframe(1))
+            return out
+
+        def _note(self, op: str, frame: Any) -> None:
+            frames = []
+            while frame is not None:
+                frames.append((frame, frame.f_lineno))
+                frame = frame.f_back
+            site = site_of(frames, paths)
+            key = (op, site["module_path"], site["source"])
+            if key in self.found:
+                self.found[key]["count"] += 1
+            else:
+                self.found[key] = {"op": op, **site, "count": 1}
+            at_guard = (guard.get("source") is not None and site["source"] == guard["source"]) or \
+                (guard.get("module_path") is not None and site["module_path"] == guard["module_path"])
+            if at_guard or sum(c["count"] for c in self.found.values()) >= MAX_CUTS:
+                self.stopped = True
+                raise _Stop()
+
+    return CutFinder()
+
+
+def _specialised_error(reason: str, guard: dict, synced: list[int], finder: Any, data_dependent: bool):
+    executed, transfers = synced
+    cuts = finder.cuts
+    listed = "; ".join(f"{c['op']} x{c['count']} in {where(c)}" for c in cuts)
+    stopped = " (traced no further)" if finder.stopped else ""
+    head = where(guard) or "model"
+    if data_dependent:
+        head += ": the model's shapes or control flow depend on its inputs' values"
+    msg = (f"{head}: no one program to export. {reason.split(' [')[0]}. torch_xla's lazy trace of the same forward pass is "
+           f"not one program either: it executed {executed} graph(s) and copied device data to the host "
+           f"{transfers} time(s) midway, at {listed or 'ops not located'}{stopped}; each later graph takes "
+           f"those results as device data, so what torch_xla compiles is specialised on this input's values "
+           f"and is not exported. To export, make the shapes static (for a mixture of experts: "
+           f"every expert on every token, weighted by the routing weights with zeros for unselected experts) "
+           f"or move the data-dependent part out of the exported forward.")
+    first = cuts[0] if cuts else {}
+    module_path = guard.get("module_path") if guard.get("module_path") is not None else first.get("module_path")
+    return ExportLoweringError(msg, module_path=module_path,
+                               source=guard.get("source") or first.get("source"),
+                               source_line=guard.get("source_line") or first.get("source_line"),
+                               cuts=[{k: c[k] for k in ("op", "module_path", "source", "count")} for c in cuts])
+
+
+__all__ = ["LAZY_TRACE", "LazyProgram", "export_lazy", "guard_site", "is_data_dependent", "site_of"]
