@@ -28,7 +28,7 @@ model in memory. The memory budget column is verify's: 3x the f32 weights + 2 Gi
 exponent is the least-squares slope of log(time) and log(peak) over log(parameters).
 It is a benchmark: nothing is asserted.
 
-    PYTHONPATH=. PJRT_DEVICE=CPU .venv/bin/python bench/scale_bench.py [--sizes 14M,124M,355M]
+    PYTHONPATH=. PJRT_DEVICE=CPU .venv/bin/python bench/scale_bench.py [--sizes 14M,124M,355M,0.9B]
         [--stages export,verify,...] [--json out.json] [--cap-gib 14]
 """
 
@@ -320,12 +320,14 @@ def _table(results: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="14M,124M,355M", help=f"any of {', '.join(SIZES)}")
+    parser.add_argument("--sizes", default="14M,124M", help=f"any of {', '.join(SIZES)} (355M and 0.9B take "
+                        "tens of minutes and up to 12 GiB)")
     parser.add_argument("--stages", default=",".join(STAGES))
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per stage")
     parser.add_argument("--cap-gib", type=float, help="RSS cap per stage process (default: 3x the f32 weights + "
                         "3 GiB, at least 6 GiB; never within 4 GiB of the machine's available memory)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--table", help="print the table of a --json file written before, and exit")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -333,6 +335,10 @@ def main() -> None:
         result = _worker(size, stage, workdir)
         with open(out_file, "w") as f:
             json.dump(result, f)
+        return
+    if args.table:
+        with open(args.table) as f:
+            print(_table(json.load(f)))
         return
     sizes = [s for s in args.sizes.split(",") if s]
     stages = [s for s in args.stages.split(",") if s]
@@ -356,10 +362,10 @@ def main() -> None:
                                                           (" " + r.get("error", "")[-300:])), file=sys.stderr,
                       flush=True)
                 results[size][stage] = r
+                if args.json:  # as it goes: a long run stopped early keeps what it measured
+                    with open(args.json, "w") as f:
+                        json.dump(results, f, indent=1)
     print(_table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
