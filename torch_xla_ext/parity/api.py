@@ -115,6 +115,7 @@ def _replays(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ..
         seconds["compile exact replay"] = exact_replay.seconds["compile"]
         rounded = rounded_replay(run.graph_args)
         del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
+        runners.release_freed_memory()
         exact = exact_replay(run.graph_args, consume=not keep_args)
         del exact_replay
     except ReplayError as e:
@@ -185,12 +186,16 @@ def verify(
     try:
         with runners.user_rng_preserved():
             cpu, seconds["cpu"] = runners.run_cpu(ref, inputs, kwargs, tdtype, seed)
+            runners.release_freed_memory()  # each run's model copy, before the next one
             cpu2, _ = runners.run_cpu(ref, inputs, kwargs, tdtype, seed, stage="second CPU eager")
+            runners.release_freed_memory()
             # The golden starts from the inputs both sides received (rounded to dtype), so its
             # error measures each side's arithmetic, not the shared input quantisation.
             golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
                                                         stage="fp64 golden")
+            runners.release_freed_memory()
             xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None)
+            runners.release_freed_memory()
             seconds["xla"] = xla.seconds
     except runners.UserFailure as f:
         text = f"{type(f.error).__name__}: {f.error}"

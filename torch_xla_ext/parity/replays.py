@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import Any, Sequence
 
@@ -30,6 +29,7 @@ import numpy as np
 
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
+from torch_xla_ext.parity.runners import release_freed_memory
 from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, _first_line, build_graph, functions, parse
 
 __all__ = ["NARROW_FORMATS", "Replay", "replay"]
@@ -280,7 +280,7 @@ class Replay:
             given.clear()
         if len(args) != len(self.arg_types):
             raise ParityError(f"args: main takes {len(self.arg_types)} arguments, got {len(args)}")
-        arrays = []
+        arrays, released = [], 0
         for k, (shape, et) in enumerate(self.arg_types):
             want = _numpy_dtype(et)
             arr = np.asarray(args[k])
@@ -290,8 +290,14 @@ class Replay:
                 arr = _widened(arr)
                 if consume:
                     args[k] = None  # the caller's copy goes now; the f64 one is what runs
+                    released += arr.nbytes // 4
+                    if released > _TRIM_EVERY:
+                        release_freed_memory()
+                        released = 0
             arrays.append(np.ascontiguousarray(arr))
         del args
+        if consume:
+            release_freed_memory()
         t0 = time.perf_counter()
         out = jax_mlir.execute_replicated(jax_mlir.cpu_client(1), self.executable, [arrays])[0]
         # Copies: a result that is a view of its device buffer keeps the whole execution (its
@@ -300,11 +306,12 @@ class Replay:
         # The placed arguments (the weights, in f64 for the exact replay) sit in a reference cycle
         # of JAX's execution objects: collect it now, not at some later allocation's mercy.
         del arrays
-        gc.collect()
+        release_freed_memory()
         self.seconds["run"] = time.perf_counter() - t0
         return out
 
 
+_TRIM_EVERY = 256 << 20  # bytes of consumed arguments between two returns of freed memory
 _ALIGNMENT = 64  # PJRT's CPU client places a host array this aligned without copying it
 
 

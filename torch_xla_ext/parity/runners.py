@@ -327,6 +327,28 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0)
 
 
+_LIBC_TRIM: Any = None
+
+
+def release_freed_memory() -> None:
+    """Collects garbage and hands freed heap pages back to the OS (glibc's ``malloc_trim``; a
+    no-op elsewhere). Weights freed in pieces smaller than glibc's mmap threshold otherwise stay in
+    the process's heap, and the next stage's buffers come on top of them."""
+    global _LIBC_TRIM
+    import gc
+
+    gc.collect()
+    if _LIBC_TRIM is None:
+        try:
+            import ctypes
+
+            _LIBC_TRIM = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _LIBC_TRIM = False
+    if _LIBC_TRIM:
+        _LIBC_TRIM(0)
+
+
 def to_numpy(t: Any) -> np.ndarray:
     """A CPU tensor as numpy; bfloat16 as ml_dtypes.bfloat16 (bit for bit)."""
     import ml_dtypes
