@@ -114,9 +114,11 @@ def _replays(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ..
         seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
         seconds["compile exact replay"] = exact_replay.seconds["compile"]
         rounded = rounded_replay(run.graph_args)
+        seconds["run rounded replay"] = rounded_replay.seconds["run"]
         del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
         runners.release_freed_memory()
         exact = exact_replay(run.graph_args, consume=not keep_args)
+        seconds["run exact replay"] = exact_replay.seconds["run"]
         del exact_replay
     except ReplayError as e:
         return None, None, None, f"unavailable: {e}", seconds
