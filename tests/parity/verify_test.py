@@ -5,6 +5,7 @@ a different program is a real difference; reassociation; a nondeterministic refe
 user's exception; bad input raising; pytree outputs and keyword inputs."""
 
 import collections
+import copy
 import dataclasses
 import json
 import os
@@ -322,3 +323,29 @@ def test_doctor_shows_an_exception_verdict_as_an_error_row(tmp_path):
         doctor._parity_section(FailsOnXla, (torch.randn(4),), {}, str(tmp_path))
     assert "EXCEPTION" in info.value.summary
     assert info.value.data["fp32"]["verdict"] == "EXCEPTION"
+
+
+def test_model_copies_are_cast_tensor_by_tensor_like_module_to():
+    # verify copies the model per run without a float32 copy of the whole model first; the copy
+    # must be what torch's own deepcopy + Module.to gives: same values and dtypes (integer
+    # buffers kept), tied weights still tied, the user's model untouched.
+    from torch_xla_ext.parity import runners
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+            self.b.weight = self.a.weight
+            self.register_buffer("positions", torch.arange(8))
+            self.register_buffer("scale", torch.rand(8))
+
+    torch.manual_seed(0)
+    model = Tied()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for via in (None, torch.bfloat16):
+        got = runners.prepare(model, "cpu", torch.float64, via=via)
+        want = copy.deepcopy(model).to(via or torch.float32).to(torch.float64)
+        assert got.b.weight is got.a.weight and got.a.weight.requires_grad
+        for (k, g), (_, w) in zip(got.state_dict().items(), want.state_dict().items()):
+            assert g.dtype == w.dtype and torch.equal(g, w), k
+    assert all(torch.equal(v, before[k]) and v.dtype == before[k].dtype for k, v in model.state_dict().items())

@@ -96,8 +96,10 @@ def _with_causes(outputs: Sequence[OutputParity], narrow: bool) -> list[OutputPa
     return [dataclasses.replace(o, cause=_explain.output_cause(o, narrow)) for o in outputs]
 
 
-def _replays(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]]):
-    """(program, rounded outputs, exact outputs, status, seconds) of the XLA run's program."""
+def _replays(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]], keep_args: bool = True):
+    """(program, rounded outputs, exact outputs, status, seconds) of the XLA run's program.
+    Without ``keep_args``, the run's graph arguments are released during the exact replay (its
+    f64 copies of them replace them): at real sizes these are the weights."""
     seconds: dict[str, float] = {}
     if run.proto is None:
         return None, None, None, f"unavailable: {run.hlo_error}", seconds
@@ -112,7 +114,12 @@ def _replays(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ..
         seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
         seconds["compile exact replay"] = exact_replay.seconds["compile"]
         rounded = rounded_replay(run.graph_args)
-        exact = exact_replay(run.graph_args)
+        seconds["run rounded replay"] = rounded_replay.seconds["run"]
+        del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
+        runners.release_freed_memory()
+        exact = exact_replay(run.graph_args, consume=not keep_args)
+        seconds["run exact replay"] = exact_replay.seconds["run"]
+        del exact_replay
     except ReplayError as e:
         return None, None, None, f"unavailable: {e}", seconds
     if len(rounded) != n_outputs:
@@ -181,12 +188,16 @@ def verify(
     try:
         with runners.user_rng_preserved():
             cpu, seconds["cpu"] = runners.run_cpu(ref, inputs, kwargs, tdtype, seed)
+            runners.release_freed_memory()  # each run's model copy, before the next one
             cpu2, _ = runners.run_cpu(ref, inputs, kwargs, tdtype, seed, stage="second CPU eager")
+            runners.release_freed_memory()
             # The golden starts from the inputs both sides received (rounded to dtype), so its
             # error measures each side's arithmetic, not the shared input quantisation.
             golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
                                                         stage="fp64 golden")
+            runners.release_freed_memory()
             xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None)
+            runners.release_freed_memory()
             seconds["xla"] = xla.seconds
     except runners.UserFailure as f:
         text = f"{type(f.error).__name__}: {f.error}"
@@ -229,7 +240,7 @@ def verify(
     if emulate:
         t0 = time.perf_counter()
         program, rounded, exact, status, replay_seconds = _replays(
-            xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs])
+            xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None)
         seconds.update(replay_seconds)
         seconds["replays"] = time.perf_counter() - t0
     else:

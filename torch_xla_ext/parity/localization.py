@@ -119,7 +119,7 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
         torch.manual_seed(seed)
         cpu_model = runners.prepare(reference, "cpu", tdtype)
         cpu_modules = dict(cpu_model.named_modules())
-        golden_model = runners.prepare(runners.prepare(reference, "cpu", tdtype), "cpu", torch.float64)
+        golden_model = runners.prepare(reference, "cpu", torch.float64, via=tdtype)
         to64 = lambda t: t.detach().to(torch.float64).clone() if t.is_floating_point() else t.clone()  # noqa: E731
         as_run = lambda t: t.detach().clone()  # noqa: E731
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
+from torch_xla_ext.parity.runners import release_freed_memory
 from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, _first_line, build_graph, functions, parse
 
 __all__ = ["NARROW_FORMATS", "Replay", "replay"]
@@ -100,10 +101,12 @@ class _Rewriter:
             t = self.target(a.type)
             if t is None:
                 continue
-            if is_main:  # callers pass the original dtypes; widen once at the entry (exact)
+            if is_main and self.rounded:  # callers pass the original dtypes; widen once at the entry (exact)
                 c = self.convert(a, t, first)
                 a.replace_all_uses_except(c, c.owner)
             else:
+                # The exact replay's main takes f64 arguments (Replay.__call__ widens them, exactly):
+                # widened inside, XLA schedules every weight's f64 copy first and keeps them all live.
                 a.set_type(t)
         erased: set[int] = set()
         for i, op in enumerate(fg.ops):
@@ -145,7 +148,7 @@ class _Rewriter:
         for i in sorted(erased, reverse=True):
             fg.ops[i].erase()
         inputs = [t for t in ir.FunctionType(ir.TypeAttr(fg.func.attributes["function_type"]).value).inputs] \
-            if is_main else [a.type for a in body.arguments]
+            if is_main and self.rounded else [a.type for a in body.arguments]
         outputs = [v.type for v in terminator.operands]
         fg.func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, outputs))
         for attr in ("arg_attrs", "res_attrs"):  # shardings and layouts of the original types
@@ -263,23 +266,63 @@ class Replay:
                 raise ReplayError(f"XLA cannot compile the {self.mode} replay: {_first_line(e)}") from None
             self.seconds["compile"] = time.perf_counter() - t1
 
-    def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
+    def __call__(self, args: Sequence[Any], *, consume: bool = False) -> list[np.ndarray]:
+        """main's results for ``args`` (main's arguments in their original dtypes). With
+        ``consume``, ``args`` (a list) is emptied as its arrays are handed over, so an argument
+        the caller no longer needs is freed as soon as its widened copy exists."""
         from torch_xla_ext._compat import jax_mlir
 
+        given = args
         args = list(args)
+        if consume:
+            if not isinstance(given, list):
+                raise ParityTypeError(f"args: consume=True needs a list, got {type(given).__name__}")
+            given.clear()
         if len(args) != len(self.arg_types):
             raise ParityError(f"args: main takes {len(self.arg_types)} arguments, got {len(args)}")
-        arrays = []
-        for k, (a, (shape, et)) in enumerate(zip(args, self.arg_types)):
+        t0 = time.perf_counter()  # the run includes widening the arguments (exact replay)
+        arrays, released = [], 0
+        for k, (shape, et) in enumerate(self.arg_types):
             want = _numpy_dtype(et)
-            arr = np.asarray(a)
+            arr = np.asarray(args[k])
             if list(arr.shape) != shape or arr.dtype != want:
                 raise ParityError(f"args[{k}]: main's argument {k} is {et}{shape}, got {arr.dtype}{list(arr.shape)}")
+            if not self.rounded and et in ("bf16", "f16", "f32"):
+                arr = _widened(arr)
+                if consume:
+                    args[k] = None  # the caller's copy goes now; the f64 one is what runs
+                    released += arr.nbytes // 4
+                    if released > _TRIM_EVERY:
+                        release_freed_memory()
+                        released = 0
             arrays.append(np.ascontiguousarray(arr))
-        t0 = time.perf_counter()
+        del args
+        if consume:
+            release_freed_memory()
         out = jax_mlir.execute_replicated(jax_mlir.cpu_client(1), self.executable, [arrays])[0]
+        # Copies: a result that is a view of its device buffer keeps the whole execution (its
+        # arguments, the weights) alive as long as the caller holds the result.
+        out = [np.array(o, copy=True) for o in out]
+        # The placed arguments (the weights, in f64 for the exact replay) sit in a reference cycle
+        # of JAX's execution objects: collect it now, not at some later allocation's mercy.
+        del arrays
+        release_freed_memory()
         self.seconds["run"] = time.perf_counter() - t0
         return out
+
+
+_TRIM_EVERY = 256 << 20  # bytes of consumed arguments between two returns of freed memory
+_ALIGNMENT = 64  # PJRT's CPU client places a host array this aligned without copying it
+
+
+def _widened(arr: np.ndarray) -> np.ndarray:
+    """``arr`` as float64 (exact from any narrower float), in a 64-byte aligned buffer so the
+    replay reads it in place rather than from a second copy."""
+    raw = np.empty(arr.nbytes // arr.itemsize * 8 + _ALIGNMENT, np.uint8)
+    offset = (-raw.ctypes.data) % _ALIGNMENT
+    out = raw[offset:offset + arr.size * 8].view(np.float64).reshape(arr.shape)
+    np.copyto(out, arr, casting="safe")
+    return out
 
 
 def replay(program: Program | str | bytes, args: Sequence[Any], *, rounded: bool = True) -> list[np.ndarray]:

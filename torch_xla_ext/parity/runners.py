@@ -71,16 +71,33 @@ def move(value: Any, device: Any, dtype: Any) -> Any:
     return tree_map(one, value)
 
 
-def prepare(fn: Any, device: Any, dtype: Any) -> Callable:
-    """A module is copied, cast to ``dtype`` on the CPU and moved; other callables are kept."""
+def prepare(fn: Any, device: Any, dtype: Any, *, via: Any = None) -> Callable:
+    """A module is copied with its floating parameters and buffers cast to ``via`` (when given)
+    and then to ``dtype`` on the CPU, and moved; other callables are kept.
+
+    The copy is made tensor by tensor (each cast straight from the original), so it costs one
+    copy of the weights in the target dtype, never a float32 copy of the whole model first: at
+    real sizes that copy was the largest term of verify's peak memory. Tied weights stay tied."""
     import torch
 
-    if isinstance(fn, torch.nn.Module):
-        m = copy.deepcopy(fn).to("cpu")
-        if dtype is not None:
-            m = m.to(dtype)
-        return m.to(device)
-    return fn
+    if not isinstance(fn, torch.nn.Module):
+        return fn
+
+    def cast(t: Any) -> Any:
+        t = t.detach().to("cpu")
+        if t.is_floating_point() or t.is_complex():  # what Module.to(dtype) casts
+            for d in (via, dtype):
+                if d is not None:
+                    t = t.to(d)
+        return t.to(device)
+
+    memo: dict[int, Any] = {}
+    for p in fn.parameters():
+        memo[id(p)] = torch.nn.Parameter(cast(p), requires_grad=p.requires_grad)
+    for b in fn.buffers():
+        memo[id(b)] = cast(b)
+    # deepcopy takes every tensor it meets in the memo as already copied.
+    return copy.deepcopy(fn, memo)
 
 
 def _key_entries(node: Any) -> list[tuple[str, Any]] | None:
@@ -255,8 +272,8 @@ def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: 
     torch.manual_seed(seed)
     with torch.no_grad():
         if via is not None:
-            ref, args, kwargs = prepare(ref, "cpu", via), move(args, "cpu", via), move(kwargs, "cpu", via)
-        fn = prepare(ref, "cpu", dtype)
+            args, kwargs = move(args, "cpu", via), move(kwargs, "cpu", via)
+        fn = prepare(ref, "cpu", dtype, via=via)
         a, k = move(args, "cpu", dtype), move(kwargs, "cpu", dtype)
         t0 = time.perf_counter()
         with default_dtype(dtype):
@@ -308,6 +325,28 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     except RuntimeError as e:  # torch_xla failed to execute the user's program
         raise UserFailure("XLA", e) from e
     return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0)
+
+
+_LIBC_TRIM: Any = None
+
+
+def release_freed_memory() -> None:
+    """Collects garbage and hands freed heap pages back to the OS (glibc's ``malloc_trim``; a
+    no-op elsewhere). Weights freed in pieces smaller than glibc's mmap threshold otherwise stay in
+    the process's heap, and the next stage's buffers come on top of them."""
+    global _LIBC_TRIM
+    import gc
+
+    gc.collect()
+    if _LIBC_TRIM is None:
+        try:
+            import ctypes
+
+            _LIBC_TRIM = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _LIBC_TRIM = False
+    if _LIBC_TRIM:
+        _LIBC_TRIM(0)
 
 
 def to_numpy(t: Any) -> np.ndarray:
