@@ -125,8 +125,25 @@ def _eps(dtype: str) -> float:
     return float(torch.finfo(runners.torch_dtype(dtype)).eps)
 
 
-def rescore(path: str, factor: float, floor: float) -> dict:
-    """FP/FN rates of the rule ``own > factor * max(cpu_rounding, floor * eps/2 * scale)``."""
+def _holders(model, plan) -> set:
+    """The planted module and the modules tied to it (the first divergent module may be any)."""
+    import torch
+
+    modules = dict(model.named_modules())
+    if plan[0] != "weight":
+        return {plan[1]}
+    w = modules[plan[1]].weight
+    return {p for p, m in modules.items() if isinstance(w, torch.nn.Parameter)
+            and any(q is w for q in m.parameters(recurse=False))}
+
+
+def rescore(path: str, factor: float | None, floor: float) -> dict:
+    """FP/FN rates of the rule ``own > factor * max(cpu_rounding, floor * eps/2 * scale)`` (factor
+    None: the library's, per dtype)."""
+    import torch
+
+    from torch_xla_ext.parity import localization, runners
+
     import planted
 
     rows = [json.loads(l) for l in open(path)]
@@ -135,22 +152,20 @@ def rescore(path: str, factor: float, floor: float) -> dict:
     worst_clean = []
     for r in rows:
         key = r["dtype"]
+        f = localization.divergence_factor(runners.torch_dtype(key)) if factor is None else factor
         s = stats.setdefault(key, {"runs": 0, "clean_runs": 0, "clean_flagged": 0, "planted": 0, "found": 0,
                                    "resolvable": 0, "resolvable_found": 0, "false_flag_runs": 0, "calls": 0,
                                    "false_calls": 0, "missed": []})
         s["runs"] += 1
         planted_path = r["plan"][1] if r["plan"] else None
-        bugged = r.get("planted_paths")
-        if bugged is None:  # rows written before planted_paths were recorded
-            if r["model"] not in models:
-                models[r["model"]] = build(r["model"])[0]
-            bugged = planted.owners(models[r["model"]], r["plan"])
-        bugged = tuple(bugged)
+        if r["model"] not in models:  # which modules hold or contain the bug, from the model itself
+            models[r["model"]] = build(r["model"])[0]
+        bugged = planted.owners(models[r["model"]], r["plan"])
         first, false = None, 0
         for p, call, own, cpu, scale in r["modules"]:
             level = max(cpu, floor * r["eps"] / 2 * scale)
             ratio = 0.0 if own == 0 else (own / level if level > 0 else math.inf)
-            flagged = ratio > factor
+            flagged = ratio > f
             if not planted.allowed(p, bugged):
                 worst_clean.append((ratio, r["model"], r["dtype"], p))
             s["calls"] += 1
@@ -165,12 +180,12 @@ def rescore(path: str, factor: float, floor: float) -> dict:
             s["clean_flagged"] += bool(false)
             continue
         s["planted"] += 1
-        found = first in bugged
+        found = first in _holders(models[r["model"]], r["plan"])
         s["found"] += found
         levels = {(p, c): max(cpu, floor * r["eps"] / 2 * scale) for p, c, own, cpu, scale in r["modules"]}
         level = levels.get((planted_path, 0), 0.0)
         effect = r["effect_abs"] / level if level else math.inf
-        resolvable = not math.isnan(effect) and effect > factor
+        resolvable = not math.isnan(effect) and effect > f
         s["resolvable"] += resolvable
         s["resolvable_found"] += found and resolvable
         if not found:
@@ -191,9 +206,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.rescore:
         from torch_xla_ext.parity import localization
-        factor = localization.DIVERGENCE_FACTOR if a.factor is None else a.factor
         floor = localization.FLOOR_ULPS if a.floor is None else a.floor
-        print(json.dumps(rescore(a.rescore, factor, floor), indent=1, default=str))
+        print(json.dumps(rescore(a.rescore, a.factor, floor), indent=1, default=str))
         return
     eps = tuple(float(e) for e in a.epsilons.split(","))
     with open(a.out, "a") as out:

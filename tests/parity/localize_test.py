@@ -72,7 +72,7 @@ def localise(model, args, kwargs, dtype, plan=None):
 @pytest.mark.parametrize("name", MODELS)
 def test_two_percent_weight_bug_is_found_at_its_path_and_nothing_else(name, dtype):
     model, args, kwargs = zoo.build(name)
-    path = planted.mlp_weight(model)
+    path = planted.middle_weight(model)
     plan = ("weight", path, 0.02)
     bugged = planted.owners(model, plan)
 

@@ -61,7 +61,7 @@ def weight_paths(model: torch.nn.Module) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def mlp_weight(model: torch.nn.Module) -> str:
+def middle_weight(model: torch.nn.Module) -> str:
     """The middle linear/conv weight: the one case every model gets in CI."""
     linear = [p for p, m in model.named_modules()
               if p and type(m).__name__ in _LINEAR_LIKE and isinstance(getattr(m, "weight", None), torch.nn.Parameter)]
@@ -103,21 +103,25 @@ def plant(model: torch.nn.Module, plan: tuple[str, str, Any]) -> torch.nn.Module
 
 
 def owners(model: torch.nn.Module, plan: tuple[str, str, Any] | None) -> tuple[str, ...]:
-    """The module paths the planted bug lives in: the planted module, and for a weight every module
-    holding the same Parameter (GPT-2's lm_head is tied to its token embedding)."""
+    """The module paths that may rightly be flagged for ``plan``: the planted module; for a weight,
+    every module holding the same Parameter (GPT-2's lm_head is tied to its token embedding); and
+    every module containing one of those, by object (T5's encoder and decoder call the ``shared``
+    embedding, which named_modules lists once, as ``shared``)."""
     if plan is None:
         return ()
     kind, path, _ = plan
-    if kind != "weight":
-        return (path,)
-    w = dict(model.named_modules())[path].weight
-    return tuple(p for p, m in model.named_modules() if any(q is w for q in m.parameters(recurse=False)))
+    modules = dict(model.named_modules())
+    if kind == "weight":
+        w = modules[path].weight
+        holders = [m for m in modules.values() if any(q is w for q in m.parameters(recurse=False))]
+    else:
+        holders = [modules[path]]
+    return tuple(p for p, m in modules.items() if any(h is s for s in m.modules() for h in holders))
 
 
 def allowed(path: str, planted_paths: tuple[str, ...]) -> bool:
-    """May module ``path`` rightly be flagged when ``planted_paths`` carry the bug? Those modules
-    and the modules containing them."""
-    return any(path == q or path == "" or q.startswith(path + ".") for q in planted_paths)
+    """May module ``path`` rightly be flagged when the bug sits in ``planted_paths`` (from owners)?"""
+    return path in planted_paths
 
 
 def planted_effect(model: torch.nn.Module, broken: torch.nn.Module, capture: Any, path: str) -> float:

@@ -129,7 +129,7 @@ class ModuleParity:
     the same inputs (what rounding in the dtype costs); ``rounding_level``: that, at least a floor
     of units of roundoff of ``scale`` (the shadow's RMS). ``own_to_rounding`` is the one figure
     the rule, the table and the explanation read: ``diverges`` when it exceeds ``threshold``
-    (``localization.DIVERGENCE_FACTOR``).
+    (``localization.divergence_factor(dtype)``).
     """
 
     path: str
