@@ -105,7 +105,8 @@ def test_qwen2_issue_case_small_bug_is_found_and_report_agrees(scale):
     assert r.first_divergent_module == path, r.module_table()
     (line,) = [l for l in r.module_table().splitlines() if l.strip().startswith(path)]
     assert line.endswith("<- first divergent")
-    assert not any(m.diverges for m in r.modules if not planted.allowed(m.path, (path,)))
+    bugged = planted.owners(model, ("weight", path, scale - 1))
+    assert not any(m.diverges for m in r.modules if not planted.allowed(m.path, bugged))
 
 
 def test_qwen2_unperturbed_has_no_flag_in_either_dtype():
