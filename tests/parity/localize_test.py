@@ -7,7 +7,7 @@ The oracle is where the bug was planted (``planted.py``: the middle linear/conv 
 found from its own structure) and which modules contain it; the threshold's derivation and the
 full matrix (more weights, 5% and 25%, swapped activations) are in bench/localize_matrix.py.
 
-Three Bazel targets run it by model (``-k``), so each stays within a few minutes.
+Five Bazel targets run it by model (``-k``), so each stays within a few minutes.
 """
 
 import copy
