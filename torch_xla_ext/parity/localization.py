@@ -87,6 +87,14 @@ def _flat(leaves: dict[str, Any], limit: float, paths: list[str]) -> Any:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
+def _rms_of(v: Any) -> float:
+    """sqrt(mean(v^2)) without overflow (values may sit at the dtype's extremes)."""
+    m = float(v.abs().max()) if v.numel() else 0.0
+    if m == 0.0 or not math.isfinite(m):
+        return m
+    return m * float((v / m).square().mean().sqrt())
+
+
 def _common_paths(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [p for p, x in a.items()
             if p in b and x.is_floating_point() and b[p].is_floating_point() and x.shape == b[p].shape and x.numel()]
@@ -105,14 +113,14 @@ def _rms_error(a: dict[str, Any], b: dict[str, Any], limit: float) -> float:
     d[torch.isnan(x) & torch.isnan(y)] = 0.0
     if bool(torch.isnan(d).any()):
         return math.inf
-    return float(d.square().mean().sqrt())
+    return _rms_of(d)
 
 
 def _rms(outputs: dict[str, Any], limit: float) -> float:
     paths = [p for p, t in outputs.items() if t.is_floating_point() and t.numel()]
     if not paths:
         return 0.0
-    return float(_flat(outputs, limit, paths).nan_to_num(0.0).square().mean().sqrt())
+    return _rms_of(_flat(outputs, limit, paths).nan_to_num(0.0))
 
 
 def divergence(own: float, cpu_rounding: float, scale: float, eps: float) -> tuple[float, float]:
