@@ -141,6 +141,6 @@ def planted_effect(model: torch.nn.Module, broken: torch.nn.Module, capture: Any
     for mod in (a, b):
         m64 = copy.deepcopy(mod).to(torch.float64)
         with torch.no_grad(), runners.default_dtype(torch.float64):
-            outs.append(dict(runners.tensor_leaves(m64(*pos))))
+            outs.append(dict(runners.tensor_leaves(m64(*[t.clone() for t in pos]))))  # in-place modules
     limit = float(torch.finfo(torch.float64).max)
     return localization._rms_error(outs[0], outs[1], limit)
