@@ -140,11 +140,9 @@ def _holders(model, plan) -> set:
 def rescore(path: str, factor: float | None, floor: float) -> dict:
     """FP/FN rates of the rule ``own > factor * max(cpu_rounding, floor * eps/2 * scale)`` (factor
     None: the library's, per dtype)."""
-    import torch
+    import planted
 
     from torch_xla_ext.parity import localization, runners
-
-    import planted
 
     rows = [json.loads(l) for l in open(path)]
     models: dict = {}

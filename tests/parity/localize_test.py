@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 import planted  # noqa: E402
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
-from torch_xla_ext.parity import localization  # noqa: E402
 
 MODELS = ("resnet18", "mobilenet_v3", "vit", "gpt2", "bert", "clip", "llama", "t5")
 DTYPES = ("bf16", "fp32")
