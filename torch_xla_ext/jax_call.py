@@ -439,7 +439,12 @@ def explain(jax_fn: Callable, args: tuple, kwargs: dict | None = None) -> ParamM
 def cache_info() -> CacheInfo:
     """Lowerings (cache misses), hits, and cached signatures across all functions."""
     with _lock:
-        return CacheInfo(_lowerings, _hits, sum(len(v) for v in _cache.values()))
+        return CacheInfo(_lowerings, _hits, _cached_signatures())
+
+
+def _cached_signatures() -> int:
+    with _lock:
+        return sum(len(v) for v in _cache.values())
 
 
 def clear_cache() -> None:
@@ -464,7 +469,7 @@ def install() -> None:
         >>> jax_call.install()
         >>> xs.shard_as(a, b)          # torch_xla's own code path, now through our call_jax
     """
-    _xb.install_call_jax(_installed_call_jax)
+    _xb.install_call_jax(_installed_call_jax, _cached_signatures, clear_cache)
 
 
 def uninstall() -> None:

@@ -43,7 +43,7 @@ def test_compare_in_another_process_finds_the_planted_module(captured):
     assert r["emulation"].startswith("unavailable: a capture holds no program")
     mods = {m["path"]: m for m in r["modules"] if m["call"] == 0}
     planted = mods[PLANTED]
-    assert planted["diverges"] and planted["own_error"] > 8 * planted["rounding_level"]
+    assert planted["diverges"] and planted["own_to_rounding"] > planted["threshold"]
     assert not mods["model.layers.0.mlp.down_proj"]["diverges"]
 
 

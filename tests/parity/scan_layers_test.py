@@ -3,6 +3,8 @@ with CPU eager. A layer perturbed on purpose at index k is the first divergent l
 stack in bf16 mismatches CPU in every layer, all of it rounding placement; torch_xla's own scan
 test configuration gets a verdict its explanation agrees with."""
 
+import copy
+
 import pytest
 import torch
 
@@ -82,8 +84,12 @@ def test_arguments_are_checked():
         parity.scan_layers([], torch.ones(2))
     with pytest.raises(parity.ParityError, match="reference_layers"):
         parity.scan_layers([torch.nn.Linear(2, 2)], torch.ones(2), reference_layers=[])
-    with pytest.raises(TypeError, match="x"):
+    with pytest.raises(TypeError, match=r"x\[0\]"):
         parity.scan_layers([torch.nn.Linear(2, 2)], [1.0, 2.0])
+    with pytest.raises(TypeError, match=r"x\['step'\]"):
+        parity.scan_layers([torch.nn.Linear(2, 2)], {"h": torch.ones(2), "step": 3})
+    with pytest.raises(TypeError, match="floating-point"):
+        parity.scan_layers([torch.nn.Linear(2, 2)], (torch.ones(2, dtype=torch.long),))
 
 
 def test_fp32_long_dots_are_reassociation_not_divergence():
@@ -96,3 +102,84 @@ def test_fp32_long_dots_are_reassociation_not_divergence():
     assert mismatched and all(l.cause == "reassociation" for l in mismatched)
     assert r.first_divergent_layer is None
     assert "reassociation" in r.explanation.lower()
+
+
+class TwoStreams(torch.nn.Module):
+    """A layer with a tuple carry (scan_layers calls it with the tuple as its arguments); layer k's
+    ``offset`` moves its second output on XLA only."""
+
+    def __init__(self, offset=0.0):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16)
+        self.b = torch.nn.Linear(16, 16)
+        self.register_buffer("offset", torch.tensor(float(offset)))
+
+    def forward(self, x, h):
+        h2 = self.b(h) * 0.5 + torch.tanh(x)
+        if h.device.type == "xla":
+            h2 = h2 + self.offset
+        return torch.tanh(self.a(x) + h), h2
+
+
+class DictCarry(torch.nn.Module):
+    """A layer with a dict carry holding a tuple (any pytree is one argument)."""
+
+    def __init__(self, offset=0.0):
+        super().__init__()
+        self.inner = TwoStreams(offset)
+
+    def forward(self, carry):
+        x, h = self.inner(*carry["streams"])
+        return {"streams": (x, h), "scale": carry["scale"] * 0.5}
+
+
+def _carry_stack(cls, k, n=4, offset=0.25):
+    torch.manual_seed(3)
+    return [cls(offset if i == k else 0.0) for i in range(n)]
+
+
+def _cpu_loop(layers, carry):
+    with torch.no_grad():
+        for layer in layers:
+            carry = layer(*carry) if isinstance(carry, tuple) else layer(carry)
+    return carry
+
+
+@pytest.mark.parametrize("cls", [TwoStreams, DictCarry])
+def test_pytree_carries_run_as_torch_xla_scan_layers_runs_them(cls):
+    """Oracle: torch_xla's own scan_layers on the same layers and carry, and the loop on the CPU."""
+    import torch_xla
+    from torch.utils._pytree import tree_flatten, tree_map
+    from torch_xla.experimental.scan_layers import scan_layers as torch_xla_scan_layers
+
+    layers = _carry_stack(cls, k=None)
+    x, h = torch.randn(4, 16), torch.randn(4, 16)
+    carry = (x, h) if cls is TwoStreams else {"streams": (x, h), "scale": torch.ones(3)}
+    dev = torch_xla.device()
+    with torch.no_grad():
+        theirs = torch_xla_scan_layers([copy.deepcopy(l).to(dev) for l in layers],
+                                       tree_map(lambda t: t.to(dev), carry))
+    theirs = tree_map(lambda t: t.cpu(), theirs)
+    loop = _cpu_loop(layers, carry)
+    t_leaves, t_spec = tree_flatten(theirs)
+    l_leaves, l_spec = tree_flatten(loop)
+    assert t_spec == l_spec
+    for a, b in zip(t_leaves, l_leaves):
+        torch.testing.assert_close(a, b)  # the configuration is valid for torch_xla's scan_layers
+
+    r = parity.scan_layers(layers, carry, dtype="fp32")
+    assert r.verdict == parity.Verdict.PASS, r.explanation
+    assert len(r.layers) == 4 and all(l.scan_vs_loop.passed for l in r.layers)
+    # the report's outputs are the carry's leaves, as torch_xla's scan_layers returns them
+    assert len(r.outputs) == len(t_leaves)
+
+
+@pytest.mark.parametrize("cls, dtype, k", [(TwoStreams, "fp32", 2), (DictCarry, "bf16", 1)])
+def test_perturbed_layer_in_a_pytree_carry_is_the_first_divergent(cls, dtype, k):
+    layers = _carry_stack(cls, k)
+    x, h = torch.randn(4, 16), torch.randn(4, 16)
+    carry = (x, h) if cls is TwoStreams else {"streams": (x, h), "scale": torch.ones(3)}
+    r = parity.scan_layers(layers, carry, dtype=dtype)
+    assert r.first_divergent_layer == k, r.explanation
+    assert all(not l.diverges for l in r.layers[:k])
+    assert r.layers[k].cause == "real difference"

@@ -47,7 +47,7 @@ def test_planted_divergence_is_found_at_its_module(planted):
     (o,) = r.outputs
     assert o.cause == "real difference" and o.same_math is False  # the program is not the reference's
     first = next(m for m in r.modules if m.name == PLANTED)
-    assert first.diverges and first.own_error > localization.DIVERGENCE_FACTOR * first.rounding_level
+    assert first.diverges and first.own_to_rounding > first.threshold == localization.divergence_factor(torch.bfloat16)
 
 
 def test_untouched_modules_stay_at_rounding_level(planted):

@@ -14,14 +14,16 @@ from typing import Sequence
 import torch
 
 
-def scan_layers(layers: Sequence[torch.nn.Module], x: torch.Tensor) -> torch.Tensor:
+def scan_layers(layers: Sequence[torch.nn.Module], x):
     from torch_xla.experimental.scan_layers import scan_layers as _scan_layers
 
     return _scan_layers(layers, x)
 
 
-def scan_layers_with_intermediates(layers: Sequence[torch.nn.Module], x: torch.Tensor):
-    """(final carry, stacked per-layer outputs of shape [len(layers), *x.shape])."""
+def scan_layers_with_intermediates(layers: Sequence[torch.nn.Module], x):
+    """(final carry, per-layer outputs: the carry's pytree with each leaf stacked as
+    [len(layers), *leaf.shape]). A tuple carry is the layer's positional arguments, any other
+    carry (a tensor, a dict, a list) its one argument, as in scan_layers (functional_call)."""
     from torch.utils._pytree import tree_map
     from torch_xla.experimental.scan import scan
 
@@ -36,6 +38,6 @@ def scan_layers_with_intermediates(layers: Sequence[torch.nn.Module], x: torch.T
     def one_layer(carry, params_buffers):
         p, b = params_buffers
         out = torch.func.functional_call(template, (p, b), carry, strict=True)
-        return out, out.clone()
+        return out, tree_map(torch.clone, out)
 
     return scan(one_layer, x, stacked)

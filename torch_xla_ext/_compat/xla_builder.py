@@ -19,6 +19,40 @@ _PLATFORMS = {"CPU": "cpu", "TPU": "tpu", "CUDA": "cuda", "GPU": "cuda", "ROCM":
 
 _stock_call_jax: Callable[..., Any] = _xb.call_jax
 _patched: list[tuple[Any, Any]] = []  # (module, previous call_jax) while installed
+# torch_xla counts its call_jax cache as the sum of len(v._cache) over the values of the dict
+# xla_builder._JAX_TO_XLA_COMPUTATION_CACHE (_jax_to_xla_computation_cache_elements, which its tests
+# read and clear). While installed, that dict is a _SharedCache holding one more value: ours.
+_CACHE_KEY = "torch_xla_ext.jax_call"
+_stock_cache: list[dict] = []  # torch_xla's dict, while ours stands in for it
+
+
+class _Sized:
+    def __init__(self, count: Callable[[], int]):
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count()
+
+
+class _CacheView:
+    """One value of torch_xla's cache dict: ``len(view._cache)`` is our cached signatures."""
+
+    def __init__(self, count: Callable[[], int]):
+        self._cache = _Sized(count)
+
+
+class _SharedCache(dict):
+    """torch_xla's cache dict with our cache as one entry; clear() clears both and keeps ours listed."""
+
+    def __init__(self, items: dict, count: Callable[[], int], clear: Callable[[], None]):
+        super().__init__(items)
+        self._view, self._clear_ours = _CacheView(count), clear
+        self[_CACHE_KEY] = self._view
+
+    def clear(self) -> None:
+        super().clear()
+        self._clear_ours()
+        self[_CACHE_KEY] = self._view
 
 
 def init_runtime_before_jax() -> None:
@@ -62,12 +96,20 @@ def stock_call_jax() -> Callable[..., Any]:
     return _stock_call_jax
 
 
-def install_call_jax(replacement: Callable[..., Any]) -> int:
+def install_call_jax(replacement: Callable[..., Any], cache_entries: Callable[[], int] | None = None,
+                     clear_cache: Callable[[], None] | None = None) -> int:
     """Routes `torch_xla.core.xla_builder.call_jax`, and every already-imported torch_xla module
     that bound it by name (`from torch_xla.core.xla_builder import call_jax`), to `replacement`.
-    Returns how many module attributes were patched; a second install is a no-op."""
+    With `cache_entries` and `clear_cache`, torch_xla's cache counter
+    (`_jax_to_xla_computation_cache_elements`) counts our entries too, and clearing torch_xla's
+    cache dict clears ours. Returns how many module attributes were patched; a second install
+    is a no-op."""
     if _patched:
         return 0
+    cache = getattr(_xb, "_JAX_TO_XLA_COMPUTATION_CACHE", None)
+    if cache_entries is not None and clear_cache is not None and isinstance(cache, dict):
+        _stock_cache.append(cache)
+        _xb._JAX_TO_XLA_COMPUTATION_CACHE = _SharedCache(cache, cache_entries, clear_cache)
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "torch_xla" or name.startswith("torch_xla.")):
             continue
@@ -80,6 +122,11 @@ def install_call_jax(replacement: Callable[..., Any]) -> int:
 def uninstall_call_jax() -> int:
     """Restores what install_call_jax replaced; returns how many attributes were restored."""
     n = len(_patched)
+    if _stock_cache:  # torch_xla's own dict again, with what it gained meanwhile
+        stock, shared = _stock_cache.pop(), _xb._JAX_TO_XLA_COMPUTATION_CACHE
+        stock.clear()
+        stock.update({k: v for k, v in shared.items() if k != _CACHE_KEY})
+        _xb._JAX_TO_XLA_COMPUTATION_CACHE = stock
     while _patched:
         module, previous = _patched.pop()
         setattr(module, "call_jax", previous)
@@ -88,3 +135,10 @@ def uninstall_call_jax() -> int:
 
 def is_installed() -> bool:
     return bool(_patched)
+
+
+def stock_cache_entries() -> int | None:
+    """torch_xla's own call_jax cache counter (ours included while installed), or None where this
+    torch_xla has none."""
+    counter = getattr(_xb, "_jax_to_xla_computation_cache_elements", None)
+    return None if counter is None else int(counter())

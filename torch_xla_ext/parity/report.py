@@ -125,13 +125,15 @@ class ModuleParity:
     """One call of one submodule, by its nn.Module path (``model.layers.3.mlp.down_proj``;
     ``call`` counts repeated calls of a shared module).
 
-    Errors are greatest absolute differences over the module's floating-point outputs:
+    Errors are root-mean-square differences over the module's floating-point outputs:
     ``total_error``: XLA's output vs the fp64 golden run's; ``inherited_error``: XLA's inputs
     vs the golden's (what earlier modules passed on); ``own_error``: XLA's output vs the
     reference module in fp64 run on the inputs XLA's module received (the shadow of torch.ao.ns:
-    the module's own contribution); ``rounding_level``: CPU eager's error for the same module on
-    the same inputs (what rounding in the dtype costs). ``diverges`` when the own error is beyond
-    rounding level (see ``localization.DIVERGENCE_FACTOR``).
+    the module's own contribution); ``cpu_rounding``: CPU eager's error for the same module on
+    the same inputs (what rounding in the dtype costs); ``rounding_level``: that, at least a floor
+    of units of roundoff of ``scale`` (the shadow's RMS). ``own_to_rounding`` is the one figure
+    the rule, the table and the explanation read: ``diverges`` when it exceeds ``threshold``
+    (``localization.divergence_factor(dtype)``).
     """
 
     path: str
@@ -144,6 +146,8 @@ class ModuleParity:
     rounding_level: float
     scale: float
     diverges: bool
+    cpu_rounding: float = 0.0
+    threshold: float = math.inf
 
     @property
     def name(self) -> str:
@@ -159,7 +163,7 @@ class ModuleParity:
     def to_dict(self) -> dict[str, Any]:
         d = {k: _finite(getattr(self, k)) for k in (
             "path", "call", "depth", "order", "total_error", "inherited_error", "own_error", "rounding_level",
-            "scale", "diverges")}
+            "cpu_rounding", "scale", "threshold", "diverges")}
         d["own_to_rounding"] = _finite(self.own_to_rounding)
         return d
 

@@ -29,6 +29,27 @@ __all__ = ["scan_layers", "scan_patched_linear_example"]
 
 
 
+def _apply(layer: Any, carry: Any) -> Any:
+    """One layer on a carry as scan_layers calls it (torch.func.functional_call): a tuple is the
+    layer's positional arguments, anything else its one argument."""
+    return layer(*carry) if isinstance(carry, tuple) else layer(carry)
+
+
+def _float_leaves(tree: Any) -> list[Any]:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _flat(tree: Any) -> Any:
+    """A carry's floating-point leaves as one vector (in pytree order): one figure per layer."""
+    import torch
+
+    leaves = _float_leaves(tree)
+    return torch.cat([t.reshape(-1) for t in leaves]) if len(leaves) > 1 else leaves[0].reshape(-1)
+
+
 def _stack_modules():
     import torch
 
@@ -40,18 +61,18 @@ def _stack_modules():
             self.layers = torch.nn.ModuleList(layers)
 
         def forward(self, x: Any) -> Any:
-            if x.device.type == "xla":
+            if _float_leaves(x)[0].device.type == "xla":
                 from torch_xla_ext._compat import scan as _scan
 
                 return _scan.scan_layers(list(self.layers), x)
             for layer in self.layers:
-                x = layer(x)
+                x = _apply(layer, x)
             return x
 
     class LoopStack(ScannedStack):
         def forward(self, x: Any) -> Any:
             for layer in self.layers:
-                x = layer(x)
+                x = _apply(layer, x)
             return x
 
     return ScannedStack, LoopStack
@@ -107,8 +128,16 @@ def scan_layers(
     ref_layers = layers if reference_layers is None else list(reference_layers)
     if len(ref_layers) != len(layers):
         raise ParityError(f"reference_layers: has {len(ref_layers)} layers, layers has {len(layers)}")
-    if not isinstance(x, torch.Tensor):
-        raise ParityTypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    from torch.utils._pytree import tree_flatten_with_path, keystr
+
+    leaves, _ = tree_flatten_with_path(x)
+    for path, leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            raise ParityTypeError(f"x{keystr(path)}: the carry's leaves must be torch.Tensors (scan carries tensors), "
+                                  f"got {type(leaf).__name__}")
+    if not _float_leaves(x):
+        raise ParityTypeError(f"x: expected a tensor or a pytree (tuple, list, dict) of tensors with at least one "
+                              f"floating-point tensor, got {type(x).__name__}")
     ScannedStack, LoopStack = _stack_modules()
     report = verify(ScannedStack(layers), (x,), dtype=dtype, rtol=rtol, atol=atol, reference=LoopStack(ref_layers),
                     seed=seed)
@@ -127,15 +156,18 @@ def scan_layers(
             report, verdict=Verdict.EXCEPTION, exception=text, stage=f"per-layer {f.stage}",
             explanation=f"EXCEPTION: the per-layer {f.stage} run raised {text.splitlines()[0]}; the layers were "
                         f"not compared.")
-    program, rounded, exact, status, _ = _replays(run, 1, [(len(layers),) + tuple(scanned[0].shape)])
+    shapes = [(len(layers),) + tuple(t.shape) for t in _float_leaves(scanned[0])]
+    program, rounded, exact, status, _ = _replays(run, len(shapes), shapes)
     narrow = bool(program.rounding_points) if program is not None else False
     per_layer = []
     for k, (s, l, c, g) in enumerate(zip(scanned, looped, cpu, golden)):
+        s, l, c, g = _flat(s), _flat(l), _flat(c), _flat(g)
         xla_err, cpu_err = golden_errors(s, g)[0], golden_errors(c, g)[0]
         r_k = e_k = None
-        if rounded is not None:
-            r_k = np.asarray(rounded[0]).reshape((len(layers),) + tuple(s.shape))[k]
-            e_k = np.asarray(exact[0], dtype=np.float64).reshape((len(layers),) + tuple(s.shape))[k]
+        if rounded is not None:  # layer k of each stacked result, flattened in the same leaf order
+            r_k = np.concatenate([np.asarray(r).reshape(sh)[k].reshape(-1) for r, sh in zip(rounded, shapes)])
+            e_k = np.concatenate([np.asarray(e, dtype=np.float64).reshape(sh)[k].reshape(-1)
+                                  for e, sh in zip(exact, shapes)])
         cmp = numerics.compare(s, c, equal_nan=True, check_dtype=False, **tol)
         cause = None if cmp.ulp_histogram.get("0", 0) == cmp.total else _layer_cause(
             s, r_k, e_k, g, xla_err, cpu_err, narrow)
@@ -187,6 +219,8 @@ def _xla_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int):
     import torch
     import torch_xla
 
+    from torch.utils._pytree import tree_map
+
     from torch_xla_ext._compat import hlo as _hlo
     from torch_xla_ext._compat import scan as _scan
 
@@ -197,24 +231,29 @@ def _xla_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int):
     t0 = time.perf_counter()
     with torch.no_grad():
         _final, ys = runners.call("XLA scan", _scan.scan_layers_with_intermediates, (xla_layers, h), {})
+        ys_leaves = _float_leaves(ys)
         proto = args = err = None
         try:  # the scan's program with every layer's output, for the per-layer replays
-            proto = _hlo.lowered_hlo_proto([ys])
-            args = [runners.to_numpy(t.cpu()) for t in _hlo.graph_inputs([ys])]
+            proto = _hlo.lowered_hlo_proto(ys_leaves)
+            args = [runners.to_numpy(t.cpu()) for t in _hlo.graph_inputs(ys_leaves)]
         except (RuntimeError, ValueError) as e:
             err = f"torch_xla could not give the HLO of the scan: {type(e).__name__}: {e}"
         looped = []
         for layer in xla_layers:
-            h = runners.call("XLA loop", layer, (h,), {})
+            h = runners.call("XLA loop", _apply, (layer, h), {})
             looped.append(h)
     torch_xla.sync()
-    ys = ys.cpu()
-    run = runners.XlaRun([("", ys)], proto, args, err, time.perf_counter() - t0)
-    return [ys[k] for k in range(len(layers))], [t.cpu() for t in looped], run
+    ys = tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, ys)
+    run = runners.XlaRun([(str(i), t) for i, t in enumerate(_float_leaves(ys))], proto, args, err,
+                         time.perf_counter() - t0)
+    per_layer = [tree_map(lambda t, k=k: t[k] if isinstance(t, torch.Tensor) else t, ys) for k in range(len(layers))]
+    cpu = lambda tree: tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, tree)  # noqa: E731
+    return per_layer, [cpu(t) for t in looped], run
 
 
 def _cpu_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int, via: Any = None) -> list[Any]:
     import torch
+    from torch.utils._pytree import tree_map
 
     torch.manual_seed(seed)
     h = runners.move(runners.move(x, "cpu", via), "cpu", dtype)
@@ -223,8 +262,8 @@ def _cpu_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int, via
         for layer in layers:
             if via is not None:
                 layer = runners.prepare(layer, "cpu", via)
-            h = runners.call("CPU eager", runners.prepare(layer, "cpu", dtype), (h,), {})
-            out.append(h.clone())
+            h = runners.call("CPU eager", _apply, (runners.prepare(layer, "cpu", dtype), h), {})
+            out.append(tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, h))
     return out
 
 
