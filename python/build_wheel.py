@@ -28,6 +28,7 @@ RANGES = {
     "ml-dtypes": ">=0.5.0",
     "scipy": ">=1.12",
     "safetensors": ">=0.4",  # parity's cross-process captures (never pickle)
+    "jinja2": ">=3.1",  # parity's HTML page (autoescape); torch requires it too
 }
 # Optional features: `pip install 'torch-xla-ext[plot]'` adds the PNG plots of the reports.
 EXTRAS = {

@@ -62,7 +62,7 @@ def test_every_verdict_leads_with_one_sentence_verdict_cause_and_what_to_do(repo
         assert o.cause in lead and ("instead of CPU eager" in lead or "localise" in lead)
     # Text, Markdown and HTML lead with the same sentence.
     text = str(report).splitlines()
-    assert text[0] == f"Parity verdict: {report.verdict.value} ({report.dtype})" and text[2] == lead
+    assert text[0] == f"Parity verdict: {report.verdict.value} ({report.dtype}) on XLA:{report.device}" and text[2] == lead
     assert report.to_markdown().splitlines()[2] == f"**{lead}**"
     assert report.explanation.startswith(lead.split(";")[0])
 
