@@ -39,6 +39,11 @@ def progress(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PJRT_DEVICE", "CPU")
+    if (sys.argv[1:] if argv is None else argv)[:1] in (["parity"], ["doctor"]):
+        # Module paths in the Model Explorer output: torch_xla reads this once, at first lowering.
+        from torch_xla_ext._compat import hlo_debug
+
+        hlo_debug.enable_for_process()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
