@@ -1,0 +1,116 @@
+"""Model Explorer nodes carry the module path of their op (issue 20.1).
+
+With ``XLA_HLO_DEBUG=1`` from the start of the process, parity's XLA run labels each op with the
+``named_modules()`` path of the innermost module whose forward produced it. Oracles: the model's
+own ``named_modules()`` (every path is one), and the dataflow of the program itself: a dot or
+convolution that reads a module's own weight (an HLO parameter holding exactly that tensor, through
+layout-only ops) must be attributed to that module. Model Explorer (the real server) must show the
+path as the node's attribute and namespace.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_HLO_DEBUG"] = "1"  # before torch_xla lowers anything: it reads it once
+OWN_PROCESS = "XLA_HLO_DEBUG must be set before torch_xla first lowers a graph, and it stays on"
+
+import json  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from torch_xla_ext.parity import explorer, runners  # noqa: E402
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE]
+
+from model_explorer_test import _Block, check_opens, server  # noqa: E402,F401  (server: the fixture)
+
+from tests import zoo  # noqa: E402
+
+# Ops that only move or re-type a weight between its parameter and the op that reads it.
+_LAYOUT = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert", "stablehlo.broadcast_in_dim",
+           "stablehlo.copy")
+_READERS = ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution")
+
+
+def _weight_readers(model, run):
+    """(HLO instruction, the module whose own weight it reads) for each dot/convolution of main
+    that reads an HLO parameter equal, bit for bit, to exactly one module's ``weight``."""
+    from jax.extend.mlir import ir
+
+    from torch_xla_ext.parity.stablehlo import Program, _location_name, functions, parse
+
+    cast = runners.torch_dtype("bf16")
+    owners = {}
+    for i, arg in enumerate(run.graph_args):
+        hits = [path for path, m in model.named_modules()
+                if isinstance(getattr(m, "weight", None), torch.nn.Parameter) and m.weight.dim() >= 2
+                and tuple(m.weight.shape) == arg.shape
+                and np.array_equal(runners.to_numpy(m.weight.detach().to(cast)).view(np.uint16), arg.view(np.uint16))]
+        if len(hits) == 1:
+            owners[i] = hits[0]
+    program = Program.from_hlo_proto(run.proto)
+    ctx, module = parse(program.text, "the program")
+    out = []
+    with ctx:
+        (main,) = [f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == "main"]
+        source = {}  # value -> parameter index, through layout-only ops
+        for i, arg in enumerate(main.regions[0].blocks[0].arguments):
+            source[arg] = i
+        for op in main.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name in _LAYOUT and len(op.operands) == 1 and op.operands[0] in source:
+                source[op.results[0]] = source[op.operands[0]]
+            if op.name in _READERS:
+                for v in op.operands:
+                    if source.get(v) in owners:
+                        out.append((_location_name(op.location), owners[source[v]]))
+    return out
+
+
+@pytest.mark.parametrize("name", ["resnet18", "gpt2", "llama", "t5"])
+def test_ops_carry_the_module_that_produced_them(name):
+    model, args, kwargs = zoo.build(name)
+    run = runners.run_xla(model, args, kwargs, runners.torch_dtype("bf16"), 0, True)
+    paths = run.module_paths
+    assert paths, "no op carries a module path with XLA_HLO_DEBUG=1"
+    real = {p for p, _ in model.named_modules()}
+    assert set(paths.values()) <= real, sorted(set(paths.values()) - real)[:5]
+    assert len({p for p in paths.values() if p}) >= 3  # more than the root: the model's layers
+    readers = _weight_readers(model, run)
+    assert readers, f"{name}: no dot/convolution reads a module's own weight"
+    wrong = [(instr, owner, paths.get(instr)) for instr, owner in readers if paths.get(instr) != owner]
+    assert not wrong, f"{name}: {len(wrong)}/{len(readers)} weight readers attributed elsewhere: {wrong[:5]}"
+    print(f"{name}: {len(paths)} instructions with a module path, {len(readers)} weight readers all attributed")
+
+
+def test_model_explorer_shows_the_module_path(server, tmp_path):
+    from torch_xla_ext import parity
+
+    torch.manual_seed(0)
+    model = _Block()
+    out = str(tmp_path / "explorer")
+    parity.verify(model, (torch.randn(4, 8, 64),), dtype="bf16", explorer_dir=out)
+    graph, nodes = check_opens(server, out)
+    with open(os.path.join(out, "module_paths.json")) as f:
+        table = json.load(f)
+    assert table["available"] and table["paths"]
+    real = {p for p, _ in model.named_modules()}
+    for node_id, path in table["paths"].items():
+        assert path in real
+        attrs = {a["key"]: a["value"] for a in nodes[node_id]["attrs"]}
+        assert attrs.get("module.path", "").strip('"') == path, (node_id, attrs)
+        # The adapter made the path the node's namespace (a segment may get a "_<k>" suffix of
+        # its own): Model Explorer groups the ops by layer.
+        want = [re.escape(seg) + r"(_\d+)?" for seg in path.split(".")] if path else []
+        assert re.fullmatch("/".join(want), nodes[node_id]["namespace"]), (node_id, path, nodes[node_id]["namespace"])
+    # The exact GELU's erf is computed by the GELU module.
+    erf = [i for i, n in nodes.items() if n["label"] == "chlo.erf"]
+    assert erf and all(table["paths"].get(i) == "act" for i in erf)
+    covered = sum(k in table["paths"] for k in graph["results"])
+    print(f"{covered}/{len(graph['results'])} node-data nodes carry a module path")
