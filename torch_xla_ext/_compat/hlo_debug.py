@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 ENV = "XLA_HLO_DEBUG"
 NEEDS = "module path needs XLA_HLO_DEBUG=1 set before torch_xla is imported"
+NO_MODULE = "no op carries a module path: fn is not an nn.Module (module paths come from its named_modules())"
 _BEGIN, _END = "<txe.module>", "</txe.module>"
 _LABEL = re.compile(re.escape(_BEGIN) + r"(.*?)" + re.escape(_END))
 # One instruction of HloModule.to_string(): "%name = type op(...), ..., metadata={... op_name="..." ...}".
@@ -95,6 +96,8 @@ def split_metadata(proto: bytes) -> tuple[bytes, dict[str, str] | None]:
     not on when the process first lowered); then ``proto`` is returned as it is."""
     from jax._src.lib import _jax
 
+    if not requested():  # torch_xla wrote no metadata; skip printing the module to find out
+        return proto, None
     module = _jax.HloModule.from_serialized_hlo_module_proto(proto)
     with_meta = _jax.HloPrintOptions.short_parsable()
     with_meta.print_metadata = True

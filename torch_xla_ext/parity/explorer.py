@@ -4,7 +4,10 @@ Writes, into one directory, the program as StableHLO text (``program.mlir``, eac
 name as its ``hlo.instruction`` attribute) and ``node_data.json`` in the format of Model Explorer's
 ``node_data_builder`` (``{graph id: {"name": ..., "results": {node id: {"value": v}},
 "thresholds": [...]}}``), plus ``node_names.json`` (node id -> HLO instruction, for reading the
-data by hand). Each value is an op's greatest |rounded - exact| over its result divided by the
+data by hand) and ``module_paths.json`` (node id -> the ``named_modules()`` path of the module
+whose forward produced the op, also each op's ``module.path`` attribute and location, i.e. its
+Model Explorer namespace; or why there are none: torch_xla writes the op metadata they come from
+only with ``XLA_HLO_DEBUG=1`` set before its first lowering, see ``_compat/hlo_debug.py``). Each value is an op's greatest |rounded - exact| over its result divided by the
 exact result's greatest magnitude: how far the program as XLA:CPU rounds it has drifted from its
 exact fp64 math at that op. Ops within one unit roundoff of the type the program rounds to
 (bf16: 2^-8) stay white; the colour deepens with the error, and the worst tenth of the ops is
@@ -314,10 +317,12 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
 def _module_table(text: str, module_paths: dict[str, str] | None) -> dict[str, Any]:
     """``module_paths.json``: node id -> module path of main's top-level ops that have one, or why
     there are none."""
-    from torch_xla_ext._compat.hlo_debug import NEEDS
+    from torch_xla_ext._compat.hlo_debug import NEEDS, NO_MODULE
 
     if module_paths is None:
         return {"available": False, "note": NEEDS, "paths": {}}
+    if not module_paths:
+        return {"available": False, "note": NO_MODULE, "paths": {}}
     from jax.extend.mlir import ir
 
     ctx, module = parse(text, "the program")
