@@ -28,7 +28,7 @@ from torch_xla_ext.parity import explorer, runners  # noqa: E402
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE]
 
-from model_explorer_test import _Block, check_opens, server  # noqa: E402,F401  (server: the fixture)
+from model_explorer_test import _Block, check_opens, convert, server  # noqa: E402,F401  (server: the fixture)
 
 from tests import zoo  # noqa: E402
 
@@ -73,9 +73,35 @@ def _weight_readers(model, run):
     return out
 
 
-@pytest.mark.parametrize("name", ["resnet18", "gpt2", "llama", "t5"])
-def test_ops_carry_the_module_that_produced_them(name):
+def _namespace_pattern(path: str) -> str:
+    """The namespace the adapter makes of ``path`` (a segment may get a "_<k>" suffix of its own)."""
+    ns = "/".join(re.escape(seg) + r"(_\d+)?" for seg in path.split(".")) if path else ""
+    return ns + r"(/?\([^/()]+\))?"  # an op with regions sits in a group of its own, "(stablehlo.reduce_12)"
+
+
+def _called(model) -> set[str]:
+    """The ``named_modules()`` paths whose forward runs (the hooks travel with parity's copy)."""
+    seen: set[str] = set()
+    for path, m in model.named_modules():
+        m.register_forward_pre_hook(lambda _m, _a, path=path: seen.add(path))
+    return seen
+
+
+def _innermost_called(owner: str, called: set[str]) -> str:
+    """``owner`` if its forward ran, else its innermost ancestor whose forward ran: the module
+    whose forward produced an op that reads ``owner``'s weight (nn.MultiheadAttention reads its
+    ``out_proj.weight`` without calling ``out_proj``)."""
+    parts = owner.split(".")
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in called:
+            return ".".join(parts[:k])
+    return ""
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_ops_carry_the_module_that_produced_them(name, server, tmp_path):
     model, args, kwargs = zoo.build(name)
+    called = _called(model)
     run = runners.run_xla(model, args, kwargs, runners.torch_dtype("bf16"), 0, True)
     paths = run.module_paths
     assert paths, "no op carries a module path with XLA_HLO_DEBUG=1"
@@ -84,8 +110,27 @@ def test_ops_carry_the_module_that_produced_them(name):
     assert len({p for p in paths.values() if p}) >= 3  # more than the root: the model's layers
     readers = _weight_readers(model, run)
     assert readers, f"{name}: no dot/convolution reads a module's own weight"
-    wrong = [(instr, owner, paths.get(instr)) for instr, owner in readers if paths.get(instr) != owner]
+    assert called, "the forward hooks did not run"
+    wrong = [(instr, owner, paths.get(instr)) for instr, owner in readers
+             if paths.get(instr) != _innermost_called(owner, called)]
     assert not wrong, f"{name}: {len(wrong)}/{len(readers)} weight readers attributed elsewhere: {wrong[:5]}"
+    # The program with the paths opens in Model Explorer, each path a node attribute and namespace.
+    from torch_xla_ext.parity.stablehlo import Program
+
+    path = tmp_path / "program.mlir"
+    path.write_text(explorer.explorer_module_text(Program.from_hlo_proto(run.proto).text, paths))
+    answer = convert(server, str(path))
+    assert "error" not in answer, answer.get("error")
+    shown = 0
+    for g in answer["graphCollections"][0]["graphs"]:
+        for node in g["nodes"]:
+            attrs = {a["key"]: a["value"].strip('"') for a in node["attrs"]}
+            if "module.path" in attrs:
+                assert attrs["module.path"] == paths[attrs["hlo.instruction"]]
+                assert re.fullmatch(_namespace_pattern(attrs["module.path"]), node["namespace"]), (
+                    node["id"], node["label"], attrs["module.path"], node["namespace"])
+                shown += 1
+    assert shown >= len(readers)
     print(f"{name}: {len(paths)} instructions with a module path, {len(readers)} weight readers all attributed")
 
 
@@ -105,10 +150,8 @@ def test_model_explorer_shows_the_module_path(server, tmp_path):
         assert path in real
         attrs = {a["key"]: a["value"] for a in nodes[node_id]["attrs"]}
         assert attrs.get("module.path", "").strip('"') == path, (node_id, attrs)
-        # The adapter made the path the node's namespace (a segment may get a "_<k>" suffix of
-        # its own): Model Explorer groups the ops by layer.
-        want = [re.escape(seg) + r"(_\d+)?" for seg in path.split(".")] if path else []
-        assert re.fullmatch("/".join(want), nodes[node_id]["namespace"]), (node_id, path, nodes[node_id]["namespace"])
+        # The adapter made the path the node's namespace: Model Explorer groups the ops by layer.
+        assert re.fullmatch(_namespace_pattern(path), nodes[node_id]["namespace"]), (node_id, path, nodes[node_id])
     # The exact GELU's erf is computed by the GELU module.
     erf = [i for i, n in nodes.items() if n["label"] == "chlo.erf"]
     assert erf and all(table["paths"].get(i) == "act" for i in erf)
