@@ -65,7 +65,10 @@ def module_scopes(model: Any) -> Iterator[None]:
                 prefix = f"{_BEGIN}{stack[-1]}{_END}"
                 for t in _pytree.tree_leaves(out):
                     if isinstance(t, torch.Tensor) and t.device.type == "xla":
-                        torch_xla._XLAC._set_xla_custom_op_name_prefix(t, prefix, 1)
+                        try:
+                            torch_xla._XLAC._set_xla_custom_op_name_prefix(t, prefix, 1)
+                        except RuntimeError:  # not an XLA tensor underneath (scan's functional tracing)
+                            pass
             return out
 
     def enter(path: str):
