@@ -157,3 +157,8 @@ def test_model_explorer_shows_the_module_path(server, tmp_path):
     assert erf and all(table["paths"].get(i) == "act" for i in erf)
     covered = sum(k in table["paths"] for k in graph["results"])
     print(f"{covered}/{len(graph['results'])} node-data nodes carry a module path")
+    # Every op of the block is made inside some module's forward (the block's own: "", e.g. the
+    # residual add that torch_xla builds under its own IR scope).
+    assert covered == len(graph["results"])
+    adds = [i for i, n in nodes.items() if n["label"] == "stablehlo.add" and i in table["paths"]]
+    assert table["paths"][max(adds, key=int)] == ""  # the last add is the residual, in forward()

@@ -9,11 +9,12 @@ path; :func:`split_metadata` reads the labels back per instruction and returns t
 metadata (with it, jaxlib's HLO->StableHLO import names each op's location after its op_name and
 the HLO instruction names are lost).
 
-Limits measured on torch_xla 2.9: an IR node that torch_xla creates under its own scope (e.g. the
-scalar ``aten::add``/``aten::mul``, ``aten__add.1/aten__add``) takes the scope instead of our
-prefix, so it has no module path; a node the IR cache shares between modules (a scalar constant)
-keeps the last label; a stack depth of 0 crashes lowering (``basic_string::_M_create``), so the
-prefix asks for one frame.
+Measured on torch_xla 2.9: with IR debugging on (``XLA_HLO_DEBUG`` turns it on), a node torch_xla
+creates under its own IR scope (the scalar ``aten::add``/``aten::mul``: ``aten__add.1/aten__add``)
+takes the scope instead of our prefix, so :func:`module_scopes` turns IR debugging off while the
+forward runs (nodes then carry no Python frames either; the metadata is still written at lowering);
+a node the IR cache shares between modules (a scalar constant) keeps the last label; a stack depth
+of 0 crashes lowering (``basic_string::_M_create``), so the prefix asks for one frame.
 """
 
 from __future__ import annotations
@@ -81,13 +82,20 @@ def module_scopes(model: Any) -> Iterator[None]:
             stack.pop()
 
     handles = []
+    ir_debug = torch_xla._XLAC._get_ir_debug()
     try:
         for path, module in model.named_modules():
             handles.append(module.register_forward_pre_hook(enter(path)))
             handles.append(module.register_forward_hook(leave, always_call=True))
+        # IR debugging (on with XLA_HLO_DEBUG) gives nodes made under torch_xla's own IR scope
+        # (the scalar aten::add/mul, e.g. every residual add) that scope as op_name prefix in place
+        # of our label; off while the nodes are made, they keep the label. The op metadata itself
+        # only needs XLA_HLO_DEBUG at lowering.
+        torch_xla._XLAC._set_ir_debug(False)
         with _Label():
             yield
     finally:
+        torch_xla._XLAC._set_ir_debug(ir_debug)
         for h in handles:
             h.remove()
 
