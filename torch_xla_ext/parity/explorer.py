@@ -7,8 +7,9 @@ name as its ``hlo.instruction`` attribute) and ``node_data.json`` in the format 
 data by hand) and ``module_paths.json`` (node id -> the ``named_modules()`` path of the module
 whose forward produced the op, also each op's ``module.path`` attribute and location, i.e. its
 Model Explorer namespace; or why there are none: torch_xla writes the op metadata they come from
-only with ``XLA_HLO_DEBUG=1`` set before its first lowering, see ``_compat/hlo_debug.py``). Each value is an op's greatest |rounded - exact| over its result divided by the
-exact result's greatest magnitude: how far the program as XLA:CPU rounds it has drifted from its
+only with ``XLA_HLO_DEBUG=1`` set before its first lowering, see ``_compat/hlo_debug.py``).
+Each value is an op's greatest |rounded - exact| over its result divided by the exact result's
+greatest magnitude: how far the program as XLA:CPU rounds it has drifted from its
 exact fp64 math at that op. Ops within one unit roundoff of the type the program rounds to
 (bf16: 2^-8) stay white; the colour deepens with the error, and the worst tenth of the ops is
 red (:func:`thresholds`).
