@@ -104,6 +104,17 @@ def check_opens(server: str, directory: str) -> tuple[dict, dict]:
         assert attrs.get("hlo.instruction", "").strip('"') == names[key], (key, nodes[key]["label"], attrs)
     labels = {n["label"] for n in nodes.values()}
     assert not any(lbl.startswith("mhlo.") for lbl in labels)
+    # Module paths: on each node that has one (module_path_test checks them with op metadata on),
+    # or the reason there are none: torch_xla wrote no op metadata in this process.
+    with open(os.path.join(directory, "module_paths.json")) as f:
+        modules = json.load(f)
+    if modules["available"]:
+        for key, path in modules["paths"].items():
+            attrs = {a["key"]: a["value"] for a in nodes[key]["attrs"]}
+            assert attrs.get("module.path", "").strip('"') == path, (key, attrs)
+    else:
+        assert not modules["paths"] and "XLA_HLO_DEBUG=1" in modules["note"]
+        assert not any(a["key"] == "module.path" for n in nodes.values() for a in n["attrs"])
     return data["main"], nodes
 
 

@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     from torch_xla_ext import _device
 
     args = build_parser().parse_args(argv)
+    if args.command in ("parity", "doctor"):
+        # Module paths in the Model Explorer output: torch_xla reads this once, at first lowering.
+        from torch_xla_ext._compat import hlo_debug
+
+        hlo_debug.enable_for_process()
     try:
         _device.select(args.device)
         return int(args.func(args) or 0)

@@ -276,7 +276,7 @@ def verify(
         if program is None:
             raise ReplayError(f"explorer_dir: no program to write ({status.removeprefix('unavailable: ')})")
         t0 = time.perf_counter()
-        _explorer.write_model_explorer(program, xla.graph_args, explorer_dir)
+        _explorer.write_model_explorer(program, xla.graph_args, explorer_dir, xla.module_paths)
         seconds["model explorer"] = time.perf_counter() - t0
     seconds["total"] = time.perf_counter() - t_start
     return dataclasses.replace(report, seconds=seconds)

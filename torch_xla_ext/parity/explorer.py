@@ -4,8 +4,12 @@ Writes, into one directory, the program as StableHLO text (``program.mlir``, eac
 name as its ``hlo.instruction`` attribute) and ``node_data.json`` in the format of Model Explorer's
 ``node_data_builder`` (``{graph id: {"name": ..., "results": {node id: {"value": v}},
 "thresholds": [...]}}``), plus ``node_names.json`` (node id -> HLO instruction, for reading the
-data by hand). Each value is an op's greatest |rounded - exact| over its result divided by the
-exact result's greatest magnitude: how far the program as XLA:CPU rounds it has drifted from its
+data by hand) and ``module_paths.json`` (node id -> the ``named_modules()`` path of the module
+whose forward produced the op, also each op's ``module.path`` attribute and location, i.e. its
+Model Explorer namespace; or why there are none: torch_xla writes the op metadata they come from
+only with ``XLA_HLO_DEBUG=1`` set before its first lowering, see ``_compat/hlo_debug.py``).
+Each value is an op's greatest |rounded - exact| over its result divided by the exact result's
+greatest magnitude: how far the program as XLA:CPU rounds it has drifted from its
 exact fp64 math at that op. Ops within one unit roundoff of the type the program rounds to
 (bf16: 2^-8) stay white; the colour deepens with the error, and the worst tenth of the ops is
 red (:func:`thresholds`).
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from typing import Any, Sequence
 
@@ -48,6 +53,8 @@ PROGRAM_FILE = "program.mlir"
 NODE_DATA_FILE = "node_data.json"
 NAMES_FILE = "node_names.json"
 INSTRUCTION_ATTR = "hlo.instruction"  # each op's HLO instruction name, shown among its attributes
+MODULE_ATTR = "module.path"  # the nn.Module whose forward produced the op (named_modules() path)
+MODULES_FILE = "module_paths.json"
 # The dialects Model Explorer's built-in MLIR adapter registers (measured on 0.1.34; mhlo is not one).
 ADAPTER_DIALECTS = ("arith", "builtin", "chlo", "func", "scf", "sdy", "shape", "stablehlo", "tf", "tfl", "tosa",
                     "vhlo")
@@ -64,10 +71,13 @@ def _dialect(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def explorer_module_text(text: str) -> str:
+def explorer_module_text(text: str, module_paths: dict[str, str] | None = None) -> str:
     """``text`` (StableHLO as jaxlib's ``hlo_to_stablehlo`` prints it) with every ``mhlo`` op
-    replaced by its CHLO/StableHLO form, printed with locations: what Model Explorer's adapter
-    parses. Raises ParityError naming an op of a dialect the adapter does not know that remains.
+    replaced by its CHLO/StableHLO form: what Model Explorer's adapter parses. Raises ParityError
+    naming an op of a dialect the adapter does not know that remains. With ``module_paths`` (HLO
+    instruction -> ``named_modules()`` path), each op carries its path as the ``module.path``
+    attribute and as its location, ``/``-separated, which the adapter makes the node's namespace:
+    Model Explorer groups the ops into the model's layers.
 
     Example:
         >>> "mhlo." in explorer_module_text(program.text)  # doctest: +SKIP
@@ -110,19 +120,36 @@ def explorer_module_text(text: str) -> str:
                 _mhlo.legalize_to_stablehlo(module)
             except ir.MLIRError as e:
                 raise ReplayError(f"the program's mhlo ops do not legalize to StableHLO: {e}") from None
-        _name_ops(module.operation)
+        _name_ops(module.operation, module_paths or {})
         if not module.operation.verify():
             raise ReplayError("the program does not verify after its mhlo ops were rewritten")
         foreign = sorted({n for n in _op_names(module.operation) if _dialect(n) not in _OUTPUT_DIALECTS})
         if foreign:
             raise ParityError(f"the program has ops Model Explorer's MLIR adapter cannot read: {', '.join(foreign)}")
-        # Without locations: the adapter makes a namespace of each op's location name, which for
-        # HLO instruction names is one group per op; the name stays an attribute of the node.
-        return module.operation.get_asm(enable_debug_info=False, large_elements_limit=None)
+        # The adapter makes a namespace of each op's location name: HLO instruction names would
+        # be one group per op, so locations are printed only when they are module paths.
+        if not module_paths:
+            return module.operation.get_asm(enable_debug_info=False, large_elements_limit=None)
+        return _module_locations(module.operation.get_asm(enable_debug_info=True, large_elements_limit=None),
+                                 module_paths)
 
 
-def _name_ops(op: Any) -> None:
-    """Each op's HLO instruction name (its location) as its ``hlo.instruction`` attribute."""
+_NAME_LOC = re.compile(r'loc\("((?:[^"\\]|\\.)*)"\)')
+
+
+def _module_locations(text: str, module_paths: dict[str, str]) -> str:
+    """Each ``loc("<HLO instruction>")`` (jaxlib's bindings here cannot set an op's location) as
+    ``loc("<module path, / for .>")``, or ``loc(unknown)`` without a path: one namespace per module."""
+    def repl(m: re.Match) -> str:
+        path = module_paths.get(m.group(1))
+        return f'loc("{path.replace(".", "/")}")' if path else "loc(unknown)"
+
+    return _NAME_LOC.sub(repl, text)
+
+
+def _name_ops(op: Any, module_paths: dict[str, str]) -> None:
+    """Each op's HLO instruction name (its location) as its ``hlo.instruction`` attribute; with
+    ``module_paths``, its module path as ``module.path`` and as its location (unknown without one)."""
     from jax.extend.mlir import ir
 
     from torch_xla_ext.parity.stablehlo import _location_name
@@ -132,9 +159,13 @@ def _name_ops(op: Any) -> None:
             for inner in block.operations:
                 inner = inner.operation
                 name = _location_name(inner.location)
-                if name and inner.name not in ("func.func", "func.return"):
-                    inner.attributes[INSTRUCTION_ATTR] = ir.StringAttr.get(name)
-                _name_ops(inner)
+                if inner.name not in ("func.func", "func.return"):
+                    if name:
+                        inner.attributes[INSTRUCTION_ATTR] = ir.StringAttr.get(name)
+                    path = module_paths.get(name)
+                    if path is not None:
+                        inner.attributes[MODULE_ATTR] = ir.StringAttr.get(path)
+                _name_ops(inner, module_paths)
 
 
 def _op_names(op: Any) -> set[str]:
@@ -230,10 +261,13 @@ def open_command(directory: str) -> str:
             f"--node_data_paths={shlex.quote(os.path.join(d, NODE_DATA_FILE))}")
 
 
-def write_model_explorer(program: Program, graph_args: Sequence[Any], directory: str) -> dict[str, str]:
+def write_model_explorer(program: Program, graph_args: Sequence[Any], directory: str,
+                         module_paths: dict[str, str] | None = None) -> dict[str, str]:
     """Runs the rounded and exact replays of ``program`` with every top-level value of main as an
-    output and writes ``program.mlir``, ``node_data.json`` and ``node_names.json`` to
-    ``directory``; returns their paths.
+    output and writes ``program.mlir``, ``node_data.json``, ``node_names.json`` and
+    ``module_paths.json`` (node id -> module path, from ``module_paths``: HLO instruction -> path
+    as parity's XLA run captured it; None when torch_xla wrote no op metadata, which the file
+    says) to ``directory``; returns their paths.
 
     Example:
         >>> write_model_explorer(Program.from_hlo_proto(proto), args, "explorer")  # doctest: +SKIP
@@ -242,7 +276,9 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
         raise ParityTypeError(f"program: expected a parity Program, got {type(program).__name__}")
     if not isinstance(directory, str) or not directory:
         raise ParityError(f"directory: expected a directory path, got {directory!r}")
-    text = explorer_module_text(program.text)
+    if module_paths is not None and not isinstance(module_paths, dict):
+        raise ParityTypeError(f"module_paths: expected a dict or None, got {type(module_paths).__name__}")
+    text = explorer_module_text(program.text, module_paths)
     rounded = Replay(program, rounded=True, intermediates=True)
     exact = Replay(program, rounded=False, intermediates=True)
     r_out, e_out = rounded(graph_args), exact(graph_args)
@@ -273,4 +309,28 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
     names_path = os.path.join(directory, NAMES_FILE)
     with open(names_path, "w") as f:
         json.dump(names, f, indent=1)
-    return {"program": program_path, "node_data": data_path, "node_names": names_path}
+    modules_path = os.path.join(directory, MODULES_FILE)
+    with open(modules_path, "w") as f:
+        json.dump(_module_table(text, module_paths), f, indent=1)
+    return {"program": program_path, "node_data": data_path, "node_names": names_path, "module_paths": modules_path}
+
+
+def _module_table(text: str, module_paths: dict[str, str] | None) -> dict[str, Any]:
+    """``module_paths.json``: node id -> module path of main's top-level ops that have one, or why
+    there are none."""
+    from torch_xla_ext._compat.hlo_debug import NEEDS, NO_MODULE
+
+    if module_paths is None:
+        return {"available": False, "note": NEEDS, "paths": {}}
+    if not module_paths:
+        return {"available": False, "note": NO_MODULE, "paths": {}}
+    from jax.extend.mlir import ir
+
+    ctx, module = parse(text, "the program")
+    paths = {}
+    with ctx:
+        (main,) = [f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == "main"]
+        for node_id, op in zip(node_ids(text)["main"], main.regions[0].blocks[0].operations):
+            if MODULE_ATTR in op.operation.attributes:
+                paths[node_id] = ir.StringAttr(op.operation.attributes[MODULE_ATTR]).value
+    return {"available": True, "note": None, "paths": paths}

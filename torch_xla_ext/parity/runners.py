@@ -292,6 +292,8 @@ class XlaRun:
     graph_args: list[np.ndarray] | None
     hlo_error: str | None
     seconds: float
+    # HLO instruction -> module path (parity.explorer); None: no op metadata (XLA_HLO_DEBUG off).
+    module_paths: dict[str, str] | None = None
 
 
 def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool) -> XlaRun:
@@ -300,6 +302,7 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     import torch_xla.core.xla_model as xm
 
     from torch_xla_ext._compat import hlo as _hlo
+    from torch_xla_ext._compat import hlo_debug as _hlo_debug
 
     device = torch_xla.device()
     torch.manual_seed(seed)
@@ -308,14 +311,15 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     with torch.no_grad():
         model = prepare(fn, device, dtype)
         a, k = move(args, device, dtype), move(kwargs, device, dtype)
-        out = call("XLA", model, a, k)
+        with _hlo_debug.module_scopes(model if capture_hlo else None):  # module paths in the HLO
+            out = call("XLA", model, a, k)
     leaves = float_leaves(out, "fn")
-    proto = graph_args = err = None
+    proto = graph_args = err = module_paths = None
     if capture_hlo:
         # Before sync: afterwards the outputs are device data and the graph is gone.
         tensors = [t for _, t in leaves]
         try:
-            proto = _hlo.lowered_hlo_proto(tensors)
+            proto, module_paths = _hlo_debug.split_metadata(_hlo.lowered_hlo_proto(tensors))
             graph_args = [to_numpy(t.cpu()) for t in _hlo.graph_inputs(tensors)]
         except (RuntimeError, ValueError) as e:  # torch_xla's own error types
             err = str(HloCaptureError(f"torch_xla could not give the HLO of the XLA run: {type(e).__name__}: {e}"))
@@ -324,7 +328,7 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
         outputs = [(p, t.cpu()) for p, t in leaves]
     except RuntimeError as e:  # torch_xla failed to execute the user's program
         raise UserFailure("XLA", e) from e
-    return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0)
+    return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0, module_paths)
 
 
 _LIBC_TRIM: Any = None

@@ -222,6 +222,7 @@ def _xla_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int):
     from torch.utils._pytree import tree_map
 
     from torch_xla_ext._compat import hlo as _hlo
+    from torch_xla_ext._compat import hlo_debug as _hlo_debug
     from torch_xla_ext._compat import scan as _scan
 
     device = torch_xla.device()
@@ -234,7 +235,8 @@ def _xla_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int):
         ys_leaves = _float_leaves(ys)
         proto = args = err = None
         try:  # the scan's program with every layer's output, for the per-layer replays
-            proto = _hlo.lowered_hlo_proto(ys_leaves)
+            # Without op metadata (XLA_HLO_DEBUG=1): the program's ops keep their HLO instruction names.
+            proto = _hlo_debug.split_metadata(_hlo.lowered_hlo_proto(ys_leaves))[0]
             args = [runners.to_numpy(t.cpu()) for t in _hlo.graph_inputs(ys_leaves)]
         except (RuntimeError, ValueError) as e:
             err = f"torch_xla could not give the HLO of the scan: {type(e).__name__}: {e}"
