@@ -149,7 +149,8 @@ def test_weights_past_the_2gib_flatbuffer_limit_take_the_arrays_route():
 def _dtypes():
     import ml_dtypes
 
-    return [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int64, np.int32, np.int8, np.uint8, np.bool_]
+    return [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int64, np.int32, np.int8, np.uint8, np.bool_,
+            np.complex64]
 
 
 def test_tensor_file_and_the_safetensors_library_read_each_other(tmp_path):

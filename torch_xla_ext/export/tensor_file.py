@@ -25,7 +25,7 @@ from torch_xla_ext.export.manifest import dtype_name, np_dtype
 CODES = {
     "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
     "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
-    "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
+    "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL", "complex64": "C64",
 }
 _NAMES = {code: name for name, code in CODES.items()}
 _MAX_HEADER = 100 * 2**20  # the safetensors library's own cap on the JSON header
