@@ -152,15 +152,20 @@ class ExplanationParts:
     figures: tuple[str, ...]
 
 
-def explain_parts(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str,
-                  points: Sequence[RoundingPoint], dtype: str, subject: str | None = None) -> ExplanationParts:
-    """:func:`explain` in pieces."""
+def _counts(outputs: Sequence[OutputParity]) -> tuple[int, int, int, list[OutputParity], str]:
+    """(elements, mismatched, bit-identical, the failing outputs, the tolerance words) of XLA vs CPU eager."""
     total = sum(o.xla_vs_cpu.total for o in outputs)
     mism = sum(o.xla_vs_cpu.mismatched for o in outputs)
     same = sum(o.xla_vs_cpu.ulp_histogram.get("0", 0) for o in outputs)
     failing = [o for o in outputs if not o.xla_vs_cpu.passed]
     r0 = (failing or list(outputs))[0].xla_vs_cpu
-    tol = f"rtol={r0.rtol:g}, atol={r0.atol:g}"
+    return total, mism, same, failing, f"rtol={r0.rtol:g}, atol={r0.atol:g}"
+
+
+def explain_parts(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str,
+                  points: Sequence[RoundingPoint], dtype: str, subject: str | None = None) -> ExplanationParts:
+    """:func:`explain` in pieces."""
+    total, mism, same, failing, tol = _counts(outputs)
     if subject is not None:
         head = (f"On {subject}, XLA matches CPU eager within tolerances ({tol}) on all {total} elements, {same} "
                 f"bit-identical." if not failing else
@@ -288,12 +293,7 @@ def lead_sentence(verdict: Verdict, outputs: Sequence[OutputParity], emulation: 
     with a tolerance of about 0.0123 instead of CPU eager."."""
     if not outputs:
         return f"{verdict.value}: no floating-point output was compared."
-    total = sum(o.xla_vs_cpu.total for o in outputs)
-    mism = sum(o.xla_vs_cpu.mismatched for o in outputs)
-    same = sum(o.xla_vs_cpu.ulp_histogram.get("0", 0) for o in outputs)
-    failing = [o for o in outputs if not o.xla_vs_cpu.passed]
-    r0 = (failing or list(outputs))[0].xla_vs_cpu
-    tol = f"rtol={r0.rtol:g}, atol={r0.atol:g}"
+    total, mism, same, failing, tol = _counts(outputs)
     if verdict == Verdict.PASS:
         head = (f"PASS: XLA matches CPU eager within tolerances ({tol}) on all {total} elements of {len(outputs)} "
                 f"output(s) in {dtype}, {same} of them bit-identical")
