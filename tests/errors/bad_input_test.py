@@ -131,7 +131,7 @@ ROWS = [
     Row("parity.verify fn", lambda: parity().verify(3, (torch.ones(2),)), InvalidArgumentError, ValueError,
         "fn: expected a callable"),
     Row("parity.scan_layers x", lambda: parity().scan_layers([torch.nn.Linear(2, 2)], [1.0]), InvalidArgumentError,
-        ValueError, "x: expected a torch.Tensor"),
+        ValueError, "x[0]: the carry's leaves must be torch.Tensors"),
     Row("parity.compare_capture path", lambda: parity().compare_capture("/nonexistent/cap", torch.nn.Linear(2, 2)),
         NotFoundError, FileNotFoundError, "/nonexistent/cap"),
     Row("parity.plot_modules report", lambda: parity().plot_modules(3, "modules.png"), ArgumentTypeError, TypeError,
