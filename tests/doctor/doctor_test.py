@@ -5,13 +5,15 @@ import json
 import math
 import os
 import struct
-import subprocess
 import sys
 import zlib
 
 import pytest
 
 from torch_xla_ext import doctor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import doctor_cli  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -91,16 +93,9 @@ def test_sections_state_what_each_component_found(embedded):
     assert dyn["xla_partitions"] >= dyn["fx_graphs"]
 
 
-def _cli(*args, cwd):
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(doctor.__file__)))
-    path = os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=path)
-    return subprocess.run([sys.executable, "-m", "torch_xla_ext", "doctor", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
-
-
 def test_user_model_through_the_cli(tmp_path):
-    proc = _cli("--model", "user_models:tiny", "--out", str(tmp_path / "r"), "--steps", "2", cwd=HERE)
+    proc = doctor_cli.run("--model", "user_models:tiny", "--out", str(tmp_path / "r"), "--steps", "2", cwd=HERE,
+                          timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "torch-xla-ext doctor: user_models:tiny" in proc.stdout
     data = json.loads((tmp_path / "r" / "report.json").read_text())
@@ -118,7 +113,7 @@ def test_user_model_through_the_cli(tmp_path):
     ("user_models:not_a_pair", "user_models:not_a_pair() must return (model, args) or (model, args, kwargs)"),
 ])
 def test_bad_model_spec_names_the_flag(tmp_path, spec, message):
-    proc = _cli("--model", spec, "--out", str(tmp_path / "r"), cwd=HERE)
+    proc = doctor_cli.run("--model", spec, "--out", str(tmp_path / "r"), cwd=HERE, timeout=900)
     assert proc.returncode == 2
     assert message in proc.stderr
 

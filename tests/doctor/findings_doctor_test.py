@@ -3,27 +3,19 @@ a finding, the other mode's figures and every other section stay, and the comman
 
 import json
 import os
-import subprocess
 import sys
 
-from torch_xla_ext import doctor
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import doctor_cli  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _cli(*args, cwd):
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(doctor.__file__)))
-    path = os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=path)
-    return subprocess.run([sys.executable, "-m", "torch_xla_ext", "doctor", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=1200)
 
 
 def test_a_backend_failure_is_a_finding_and_the_doctor_exits_0(tmp_path):
     """torchvision's ConvNeXt (a small config of the architecture) fails under
     torch.compile(backend="openxla") in torch_xla 2.9 and runs lazily: the report keeps the lazy
     figures and every other section, names the failure, and the command exits 0."""
-    proc = _cli("--model", "user_models:small_convnext", "--out", str(tmp_path / "r"), "--steps", "1", cwd=HERE)
+    proc = doctor_cli.run("--model", "user_models:small_convnext", "--out", str(tmp_path / "r"), "--steps", "1", cwd=HERE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "FND graph_breaks" in proc.stdout
     data = json.loads((tmp_path / "r" / "report.json").read_text())

@@ -22,6 +22,7 @@ from torch_xla_ext.graph_breaks.report import BREAK_FIGURES
 
 sys.path.insert(0, os.path.dirname(__file__))
 import oracles  # noqa: E402
+import on_xla  # noqa: E402
 
 DEVICE = torch_xla.device()
 
@@ -151,18 +152,7 @@ def test_each_break_figure_counts_what_its_upstream_record_counts(train, jump, i
 
 
 def test_inherited_splits_on_a_model_we_did_not_design():
-    from tests import zoo
-
-    model, args, kwargs = zoo.build("gpt2")
-    kwargs = {**kwargs, "labels": args[0]}
-    model = model.to(DEVICE)
-    args = tuple(a.to(DEVICE) for a in args)
-    kwargs = {k: v.to(DEVICE) for k, v in kwargs.items()}
-    torch_xla.sync()
-
-    def loss(*a, **kw):
-        return model(*a, **kw).loss
-
+    loss, args, kwargs = on_xla.gpt2_loss()
     r, counted, logged, reasons = measure(loss, *args, **kwargs)
     assert r.num_inherited_splits >= 1
     check_each_figure(r, counted, logged, reasons)

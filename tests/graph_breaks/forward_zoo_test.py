@@ -16,6 +16,7 @@ from torch_xla_ext import graph_breaks as gb
 
 sys.path.insert(0, os.path.dirname(__file__))
 import oracles  # noqa: E402
+import on_xla  # noqa: E402
 
 DEVICE = torch_xla.device()
 
@@ -67,16 +68,7 @@ def test_a_split_inherited_from_an_inlined_call_is_named_by_its_cause():
     logger break that caused it, with the call it split at, and keeps it out of the break count
     so that count stays Dynamo's."""
     torch._dynamo.reset()
-    model, args, kwargs = zoo.build("gpt2")
-    kwargs = {**kwargs, "labels": args[0]}
-    model = model.to(DEVICE)
-    args = tuple(a.to(DEVICE) for a in args)
-    kwargs = {k: v.to(DEVICE) for k, v in kwargs.items()}
-    torch_xla.sync()
-
-    def loss(*a, **kw):
-        return model(*a, **kw).loss
-
+    loss, args, kwargs = on_xla.gpt2_loss()
     compiled = torch.compile(loss, backend="openxla")
     with oracles.DynamoCounters() as dc, oracles.TraceLog() as tl, gb.account() as ledger:
         out = compiled(*args, **kwargs)
