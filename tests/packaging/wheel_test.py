@@ -20,7 +20,7 @@ import packaging.utils
 import pytest
 from packaging.requirements import Requirement
 
-from tests.packaging.wheels import REPO, built_wheel
+from tests.packaging.wheels import built_wheel
 from tests.packaging.wheels import pins as _pins
 
 
