@@ -198,3 +198,19 @@ def test_a_pin_that_is_not_exact_is_named():
         _versions.parse_pins("jax==0.7.1\ntorch>=2.9  # why\n", "r.txt")
     with pytest.raises(ValueError, match="r.txt pins no torch_xla, jaxlib"):
         _versions.stack_pins(_versions.parse_pins("torch==2.9.0\njax==0.7.1\n", "r.txt"), "r.txt")
+
+
+def test_extracted_xla_protos_are_the_pinned_jaxlibs():
+    # A jaxlib upgrade must re-extract XLA's schema (python/extract_xla_protos.py) from the new jaxlib.
+    protos = sorted((REPO / "third_party" / "xla").rglob("*.proto"))
+    assert protos
+    for proto in protos:
+        m = re.search(r"Extracted from jaxlib (\S+) ", proto.read_text())
+        assert m and m.group(1) == PINS["jaxlib"], (proto.relative_to(REPO), m and m.group(1), PINS["jaxlib"])
+
+
+def test_readme_names_the_tested_jax_range():
+    releases = list(jax_tool_releases().values())
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert f"`jax[cpu]` ({releases[0]} to {releases[-1]})" in text, releases
+    assert releases[0] == PINS["jax"]  # the oldest JAX-only venv is the pin
