@@ -30,7 +30,8 @@ wheel: setup
 bench: develop
 	@for b in bench/*_bench.py; do PYTHONPATH=$(CURDIR) PJRT_DEVICE=$${PJRT_DEVICE:-CPU} $(PY) $$b || exit 1; done
 
-# The type stub of the extension module, regenerated from the built module (after a binding
-# changes); tests/packaging/stubs_test.py fails until the checked-in stub matches.
+# The type stubs of the extension module (torch_xla_ext/_ext/*.pyi, pybind11-stubgen), regenerated
+# from the built module after a binding changes; tests/packaging/stubs_test.py fails until the
+# checked-in stubs match.
 stubs: develop
 	@$(PY) python/generate_stubs.py

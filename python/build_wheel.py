@@ -1,28 +1,30 @@
 """Writes the torch_xla_ext wheel (PEP 427) from files Bazel hands over; reproducible bytes.
 
-The interpreter running this is the project venv's, the one the extension was built against,
-so its tags are the wheel's tags.
+`wheel.wheelfile.WheelFile` writes the archive and its RECORD; `packaging` validates the metadata
+and makes the tag. The interpreter running this is the project venv's, the one the extension was
+built against, so its tags are the wheel's tags.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
+import importlib.util
 import os
-import re
 import sys
 import sysconfig
 import zipfile
 
+import packaging.metadata
+import packaging.tags
+from packaging.requirements import Requirement
+
 NAME = "torch_xla_ext"
 DIST_NAME = "torch-xla-ext"
-# The wheel's dependencies. torch_xla's _XLAC links torch's C++ ABI and names jax/jaxlib 0.7.1, so
-# those four are the exact pins of requirements.txt. Everything else the package imports is a
-# compatible range (a training image brings its own numpy): the floors are jax 0.7.1's own, and
-# requirements.txt's pins must lie inside them (tests/packaging checks both, and that nothing the
-# package imports is left undeclared).
-EXACT = ("torch", "torch-xla", "jax", "jaxlib")
+SUMMARY = "Makes PyTorch/XLA's lowering visible and correct: export, numerics, call_jax, graph breaks."
+# Everything the package imports besides the pinned stack (_versions.STACK, exact pins from
+# requirements.txt) is a compatible range (a training image brings its own numpy): the floors are
+# jax's own, and requirements.txt's pins must lie inside them (checked here and in tests/packaging,
+# which also checks that nothing the package imports is left undeclared).
 RANGES = {
     "numpy": ">=1.26,<3",
     "ml-dtypes": ">=0.5.0",
@@ -34,42 +36,60 @@ RANGES = {
 EXTRAS = {
     "plot": {"matplotlib": ">=3.7"},
 }
+# Reproducible bytes: every member, RECORD included, carries this date.
+SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest a zip can say
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
-def _version(files: dict[str, str]) -> str:
-    text = open(files[f"{NAME}/version.py"]).read()
-    m = re.search(r'__version__ = "([^"]+)"', text)
-    if not m:
-        raise SystemExit("build_wheel: no __version__ in torch_xla_ext/version.py")
-    return m.group(1)
+def _load(files: dict[str, str], module: str):
+    """A module of the package from the files Bazel hands over (this runs before any install)."""
+    spec = importlib.util.spec_from_file_location(f"_txe_build_{module}", files[f"{NAME}/{module}.py"])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def _requires(path: str) -> list[str]:
-    pins = {}
-    for line in open(path):
-        line = line.split("#", 1)[0].strip()
-        if "==" in line:
-            name, ver = line.split("==", 1)
-            pins[re.sub(r"[-_.]+", "-", name).lower()] = ver
-    missing = [r for r in (*EXACT, *RANGES, *(n for e in EXTRAS.values() for n in e)) if r not in pins]
-    if missing:
-        raise SystemExit(f"build_wheel: {path} pins no {', '.join(missing)}")
-    lines = [f"{r}=={pins[r]}" for r in EXACT] + [f"{r}{spec}" for r, spec in RANGES.items()]
-    for extra, reqs in EXTRAS.items():
-        lines += [f'{r}{spec}; extra == "{extra}"' for r, spec in reqs.items()]
-    return lines
+def requires(requirements: str, versions) -> tuple[list[str], str]:
+    """(Requires-Dist lines, the wheel's pins file) from requirements.txt through `versions`
+    (torch_xla_ext/_versions.py), the one reader of the pins."""
+    with open(requirements) as f:
+        pins = versions.parse_pins(f.read(), requirements)
+    stack = versions.stack_pins(pins, requirements)
+    out = [f"{versions.canonical(n)}=={v}" for n, v in stack.items()]
+    ranged = {**RANGES, **{n: s for reqs in EXTRAS.values() for n, s in reqs.items()}}
+    for name, spec in ranged.items():
+        if name not in pins:
+            raise SystemExit(f"build_wheel: {requirements} pins no {name}")
+        if not Requirement(name + spec).specifier.contains(pins[name]):
+            raise SystemExit(f"build_wheel: {requirements} pins {name}=={pins[name]}, outside the wheel's {spec}")
+    out += [n + s for n, s in RANGES.items()]
+    out += [f'{n}{s}; extra == "{e}"' for e, reqs in EXTRAS.items() for n, s in reqs.items()]
+    pins_file = "# The pinned torch stack, from python/requirements.txt (torch_xla_ext/_versions.py reads it).\n"
+    pins_file += "".join(f"{n}=={v}\n" for n, v in stack.items())
+    return out, pins_file  # metadata() validates each line
 
 
-def _tag() -> str:
+def metadata(version: str, requires_dist: list[str]) -> bytes:
+    md = packaging.metadata.Metadata.from_raw(
+        {
+            "metadata_version": "2.1",
+            "name": DIST_NAME,
+            "version": version,
+            "summary": SUMMARY,
+            "requires_python": ">=3.10",
+            "provides_extra": list(EXTRAS),
+            "requires_dist": requires_dist,
+        }
+    )  # validates every field (names, versions, requirement syntax) or raises
+    # Field names are case-insensitive to pip and the spec; packaging writes them lower-case, the
+    # spec (and everyone grepping a METADATA) spells them Title-Case.
+    return "".join(f"{'-'.join(w.capitalize() for w in k.split('-'))}: {v}\n" for k, v in md.as_rfc822().items()).encode()
+
+
+def tag() -> packaging.tags.Tag:
     impl = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    plat = re.sub(r"[-.]", "_", sysconfig.get_platform())
-    return f"{impl}-{impl}-{plat}"
-
-
-def _record_line(arcname: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{arcname},sha256={digest},{len(data)}"
+    # The plain platform (linux_x86_64), as before: the shipped libraries are not manylinux-audited.
+    return packaging.tags.Tag(impl, impl, sysconfig.get_platform().replace("-", "_").replace(".", "_"))
 
 
 def main() -> int:
@@ -82,47 +102,34 @@ def main() -> int:
     if len(a.file) != len(a.dest):
         raise SystemExit("build_wheel: --file and --dest must pair up")
     files = {d: f for f, d in zip(a.file, a.dest) if d.startswith(f"{NAME}/")}
-    version = _version(files)
+    version = _load(files, "version").__version__
+    versions = _load(files, "_versions")
+    requires_dist, pins_file = requires(a.requirements, versions)
+    t = tag()
     dist_info = f"{NAME}-{version}.dist-info"
-    tag = _tag()
-    metadata = "\n".join(
-        [
-            "Metadata-Version: 2.1",
-            f"Name: {DIST_NAME}",
-            f"Version: {version}",
-            "Summary: Makes PyTorch/XLA's lowering visible and correct: export, numerics, call_jax, graph breaks.",
-            "Requires-Python: >=3.10",
-            *(f"Provides-Extra: {e}" for e in EXTRAS),
-            *(f"Requires-Dist: {r}" for r in _requires(a.requirements)),
-            "",
-        ]
-    )
-    wheel = f"Wheel-Version: 1.0\nGenerator: torch_xla_ext build_wheel\nRoot-Is-Purelib: false\nTag: {tag}\n"
-    entry_points = "[console_scripts]\ntorch-xla-ext = torch_xla_ext.cli:main\n"
+    wheel_meta = f"Wheel-Version: 1.0\nGenerator: torch_xla_ext build_wheel\nRoot-Is-Purelib: false\nTag: {t}\n"
 
     os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, f"{NAME}-{version}-{tag}.whl")
-    record = []
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+    path = os.path.join(a.out, f"{NAME}-{version}-{t}.whl")
+    os.environ["SOURCE_DATE_EPOCH"] = SOURCE_DATE_EPOCH  # WheelFile dates RECORD by it
+    from wheel.wheelfile import WheelFile
+
+    with WheelFile(path, "w") as whl:
 
         def add(arcname: str, data: bytes, mode: int = 0o644) -> None:
             info = zipfile.ZipInfo(arcname, ZIP_DATE)
             info.external_attr = (0o100000 | mode) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, data)
-            record.append(_record_line(arcname, data))
+            whl.writestr(info, data)
 
         for arcname in sorted(files):
             with open(files[arcname], "rb") as f:
                 add(arcname, f.read(), 0o755 if arcname.endswith(".so") else 0o644)
-        add(f"{dist_info}/METADATA", metadata.encode())
-        add(f"{dist_info}/WHEEL", wheel.encode())
-        add(f"{dist_info}/entry_points.txt", entry_points.encode())
+        add(f"{NAME}/{versions.PINS_FILE}", pins_file.encode())
+        add(f"{dist_info}/METADATA", metadata(version, requires_dist))
+        add(f"{dist_info}/WHEEL", wheel_meta.encode())
+        add(f"{dist_info}/entry_points.txt", b"[console_scripts]\ntorch-xla-ext = torch_xla_ext.cli:main\n")
         add(f"{dist_info}/top_level.txt", f"{NAME}\n".encode())
-        record.append(f"{dist_info}/RECORD,,")
-        info = zipfile.ZipInfo(f"{dist_info}/RECORD", ZIP_DATE)
-        info.external_attr = 0o100644 << 16
-        z.writestr(info, "\n".join(record) + "\n")
     print(f"build_wheel: wrote {path}")
     return 0
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.packaging.wheels import built_wheel
+from tests.packaging.wheels import built_wheel, pins
 
 # Several GB and minutes: Bazel runs it only as an explicit (manual) target, plain pytest only when
 # asked with TXE_FRESH_VENV=1.
@@ -68,7 +68,8 @@ def test_pip_resolved_a_consistent_stack_without_matplotlib(venv, tmp_path):
     out = _run(venv, "python", "-c", code, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     torch_v, xla_v, jax_v, no_mpl = out.stdout.split()
-    assert (torch_v.split("+")[0], xla_v, jax_v, no_mpl) == ("2.9.0", "2.9.0", "0.7.1", "True")
+    want = pins()
+    assert (torch_v.split("+")[0], xla_v, jax_v, no_mpl) == (want["torch"], want["torch-xla"], want["jax"], "True")
 
 
 def test_doctor_exits_0_and_names_the_skipped_plots(venv, tmp_path):

@@ -30,15 +30,17 @@ import torch
 import torch.utils._pytree as pytree
 
 from tests import zoo
-from tests.packaging.wheels import REPO, built_wheel
+from tests.packaging.wheels import REPO, built_wheel, jax_tool_releases, pins
 from torch_xla_ext import collectives, export
 from torch_xla_ext._compat import stablehlo as compat
 
 sys.path.insert(0, str(REPO / "python"))
 import tool_venv  # noqa: E402
 
-# Tool venvs: the pin (jax 0.7.1) and the newest jax the registry serves for Python 3.11.
-RELEASES = {"jax_0_7_1": "0.7.1", "jax_0_10_2": "0.10.2"}
+# Tool venvs (python/tool_requirements/jax_*.txt): the pin and the newest jax the registry serves
+# for Python 3.11.
+RELEASES = jax_tool_releases()
+PINS = pins()
 # Small in parameters: inline_constants writes every weight into the module as text.
 ZOO = ("vit", "gpt2")
 
@@ -267,8 +269,9 @@ def test_jax_only_venv_agrees_with_the_pinned_stack(tool, pinned, tmp_path):
     assert "beyond/exported.jax" in errors["window"]
     torch_side = errors.get("torch_side", "")
     assert "torch_xla_ext.export.export needs the pinned torch stack" in torch_side, errors
-    assert "torch: not installed, needed 2.9.0" in torch_side and "torch_xla: not installed, needed 2.9.0" in torch_side
-    assert ("jax: installed" in torch_side) == (RELEASES[tool] != "0.7.1"), torch_side
+    assert f"torch: not installed, needed {PINS['torch']}" in torch_side, torch_side
+    assert f"torch_xla: not installed, needed {PINS['torch-xla']}" in torch_side, torch_side
+    assert ("jax: installed" in torch_side) == (RELEASES[tool] != PINS["jax"]), torch_side
     _log(f"{tool}: venv + wheel {setup:.1f} s, child {info['seconds']:.1f} s (jax {info['jax']}, jaxlib "
          f"{info['jaxlib']}); max difference / output scale: "
          + ", ".join(f"{k} {v:.2g}" for k, v in worst.items()))

@@ -4,6 +4,7 @@ the source tree (import, extension, console script). fresh_venv_test.py installs
 training image does, with pip resolving the stack itself."""
 
 import ast
+import email.parser
 import importlib.metadata
 import json
 import os
@@ -15,9 +16,12 @@ import sys
 import zipfile
 
 import numpy as np
+import packaging.utils
 import pytest
+from packaging.requirements import Requirement
 
-from tests.packaging.wheels import REPO, built_wheel
+from tests.packaging.wheels import built_wheel
+from tests.packaging.wheels import pins as _pins
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +29,20 @@ def wheel() -> pathlib.Path:
     return built_wheel()
 
 
-def _requires(wheel: pathlib.Path) -> list[str]:
+def _metadata(wheel: pathlib.Path) -> email.message.Message:
     meta = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/METADATA")
-    return [line.split(":", 1)[1].strip() for line in meta.decode().splitlines() if line.startswith("Requires-Dist:")]
+    return email.parser.BytesParser().parsebytes(meta)
+
+
+def _requires(wheel: pathlib.Path) -> list[str]:
+    return _metadata(wheel).get_all("Requires-Dist")
 
 
 def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return packaging.utils.canonicalize_name(name)
+
+
+STACK = ("torch", "torch-xla", "jax", "jaxlib")
 
 
 def undeclared_imports(sources: dict[str, str], declared: set[str]) -> dict[str, str]:
@@ -67,32 +78,35 @@ def test_every_import_is_declared(wheel):
 
 
 def test_stack_is_exact_and_the_rest_are_ranges(wheel):
-    reqs = _requires(wheel)
-    for exact in ("torch==2.9.0", "torch-xla==2.9.0", "jax==0.7.1", "jaxlib==0.7.1"):
-        assert exact in reqs, reqs
-    numpy_req = next(r for r in reqs if r.startswith("numpy"))
-    assert "==" not in numpy_req and ">=" in numpy_req
-    assert 'matplotlib>=3.7; extra == "plot"' in reqs
-    # The development pins must satisfy the wheel's ranges (numeric release versions only).
-    pins = {}
-    for line in (REPO / "python" / "requirements.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if "==" in line:
-            name, ver = line.split("==", 1)
-            pins[_norm(name)] = ver
+    reqs = [Requirement(r) for r in _requires(wheel)]
+    pins = _pins()
+    exact = {_norm(r.name): str(r.specifier) for r in reqs if _norm(r.name) in STACK}
+    assert exact == {n: f"=={pins[n]}" for n in STACK}, exact  # requirements.txt's pins, nothing else
+    numpy_req = next(r for r in reqs if r.name == "numpy")
+    assert all(s.operator != "==" for s in numpy_req.specifier) and numpy_req.specifier.contains("1.26.0")
+    assert any(r.name == "matplotlib" and str(r.marker) == 'extra == "plot"' for r in reqs), reqs
+    # The development pins must satisfy the wheel's ranges.
     for req in reqs:
-        name, spec = re.match(r"([A-Za-z0-9_.-]+)([^;]*)", req).groups()
-        assert _satisfies(pins[_norm(name)], spec), (req, pins[_norm(name)])
-    assert not _satisfies("1.25.0", ">=1.26,<3") and not _satisfies("3.0", ">=1.26,<3")  # the check can fail
+        assert req.specifier.contains(pins[_norm(req.name)]), (str(req), pins[_norm(req.name)])
+    assert not numpy_req.specifier.contains("1.25.0") and not numpy_req.specifier.contains("3.0")  # the check can fail
+
+
+def test_wheel_ships_the_pins_it_requires(wheel):
+    # torch_xla_ext/_pins.txt (what an installed _versions checks against) says what Requires-Dist says.
+    text = zipfile.ZipFile(wheel).read("torch_xla_ext/_pins.txt").decode()
+    shipped = {_norm(r.name): str(r.specifier) for r in map(Requirement, filter(None, (
+        line.split("#", 1)[0].strip() for line in text.splitlines())))}
+    required = {_norm(r.name): str(r.specifier) for r in map(Requirement, _requires(wheel)) if _norm(r.name) in STACK}
+    assert shipped == required, (shipped, required)
 
 
 def test_installing_into_the_pinned_image_changes_none_of_it(wheel):
-    """pip's resolver, asked what `pip install` of the wheel would do in this venv (torch 2.9.0,
-    torch_xla 2.9.0, jax 0.7.1: the image a training job has): install the wheel, nothing else.
+    """pip's resolver, asked what `pip install` of the wheel would do in this venv (the pinned
+    torch, torch_xla and jax: the image a training job has): install the wheel, nothing else.
     --no-index keeps it offline: a requirement the installed stack does not meet cannot be met
     from anywhere, so pip fails and the test names pip's reason."""
-    stack = {n: importlib.metadata.version(n).split("+")[0] for n in ("torch", "torch_xla", "jax", "jaxlib")}
-    assert stack == {"torch": "2.9.0", "torch_xla": "2.9.0", "jax": "0.7.1", "jaxlib": "0.7.1"}, stack
+    stack = {n: importlib.metadata.version(n).split("+")[0] for n in STACK}
+    assert stack == {n: _pins()[n] for n in STACK}, stack
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-input",
                            "--disable-pip-version-check", "--quiet", "--report", "-", str(wheel)],
                           capture_output=True, text=True, timeout=300)
@@ -100,17 +114,6 @@ def test_installing_into_the_pinned_image_changes_none_of_it(wheel):
     report = json.loads(proc.stdout)
     planned = {_norm(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
     assert planned == {"torch-xla-ext": wheel.name.split("-")[1]}, planned
-
-
-def _satisfies(version: str, spec: str) -> bool:
-    """`version` within comma-separated `>=`, `<`, `==` clauses of numeric release versions."""
-    key = lambda v: tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])  # noqa: E731
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        op, want = re.match(r"(>=|<=|==|<|>)\s*(.+)", clause).groups()
-        a, b = key(version), key(want)
-        if not {">=": a >= b, "<=": a <= b, "==": a == b, "<": a < b, ">": a > b}[op]:
-            return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -164,12 +167,33 @@ def test_wheel_contents(wheel):
     assert wheel.name.startswith("torch_xla_ext-0.1.0-cp3")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"torch_xla_ext/__init__.py", "torch_xla_ext/numerics.py", "torch_xla_ext/_ext.so",
-            "torch_xla_ext/_ext.pyi", "torch_xla_ext/py.typed"} <= names
+            "torch_xla_ext/_ext/__init__.pyi", "torch_xla_ext/_ext/numerics.pyi", "torch_xla_ext/py.typed",
+            "torch_xla_ext/_pins.txt"} <= names
+    assert not any(n.startswith("torch_xla_ext/_ext/") and not n.endswith(".pyi") for n in names)  # stubs only
     meta = zipfile.ZipFile(wheel).read("torch_xla_ext-0.1.0.dist-info/METADATA").decode()
-    assert "Requires-Dist: torch==2.9.0" in meta and "Requires-Dist: torch-xla==2.9.0" in meta
-    assert "Requires-Dist: jax==0.7.1" in meta
+    pins = _pins()
+    assert f"Requires-Dist: torch=={pins['torch']}" in meta and f"Requires-Dist: torch-xla=={pins['torch-xla']}" in meta
+    assert f"Requires-Dist: jax=={pins['jax']}" in meta
+    # The RECORD lists every file with its hash (wheel's WheelFile checks them as it reads).
+    from wheel.wheelfile import WheelFile
+
+    with WheelFile(wheel) as whl:
+        record = whl.read(whl.record_path).decode().splitlines()
+        assert {line.split(",")[0] for line in record} == names
+        for name in names - {whl.record_path}:
+            whl.read(name)  # raises WheelError on a hash that does not match
     ep = zipfile.ZipFile(wheel).read("torch_xla_ext-0.1.0.dist-info/entry_points.txt").decode()
     assert "torch-xla-ext = torch_xla_ext.cli:main" in ep
+
+
+def test_installed_package_checks_the_shipped_pins(venv, tmp_path):
+    code = "from torch_xla_ext import _versions; print(_versions.pins_path()); print(_versions.required())"
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    path, required = out.stdout.splitlines()
+    assert pathlib.Path(path).resolve().is_relative_to(venv.resolve()) and path.endswith("_pins.txt"), path
+    assert required == repr({n: _pins()[_norm(n)] for n in ("torch", "torch_xla", "jax", "jaxlib")})
 
 
 def test_imports_from_the_venv_not_the_tree(venv, tmp_path):
