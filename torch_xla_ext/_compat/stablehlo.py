@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from torch_xla_ext.errors import UnimplementedError
+from torch_xla_ext.errors import InternalError, UnimplementedError
 
 
 @dataclasses.dataclass
@@ -291,21 +291,30 @@ class _ReaderProcess:
 
     def request(self, data: bytes, path: str, timeout: float) -> tuple[str, str]:
         """("ok", text), ("error", message) or ("crashed", how)."""
+        request = _READER_STACK_BYTES.to_bytes(8, "little") + data
         with self._lock:
-            if self._proc is None or self._pid != os.getpid() or self._proc.poll() is not None:
-                self._start()
-            try:
-                self._conn.send_bytes(_READER_STACK_BYTES.to_bytes(8, "little") + data)
-                if not self._conn.poll(timeout):
+            for attempt in (0, 1):
+                if self._proc is None or self._pid != os.getpid() or self._proc.poll() is not None:
+                    self._start(path)
+                try:
+                    self._conn.send_bytes(request)
+                except OSError:  # it had died before this artifact: a new reader gets it once more
                     self._stop()
-                    return "crashed", f"did not finish in {timeout:g} s"
-                reply = self._conn.recv_bytes()
-            except (EOFError, OSError):  # it died (the reply, or the request's pipe, is cut)
-                return "crashed", self._stop()
+                    if attempt:
+                        raise InternalError(f"{path}: the bytecode reader process does not take requests") from None
+                    continue
+                try:
+                    if not self._conn.poll(timeout):
+                        self._stop(kill=True)
+                        return "crashed", f"did not finish in {timeout:g} s"
+                    reply = self._conn.recv_bytes()
+                except (EOFError, OSError):  # it died reading this artifact
+                    return "crashed", self._stop()
+                break
         tag, body = reply[:1], reply[1:].decode("utf-8", "surrogateescape")
         return ("ok" if tag == b"T" else "error" if tag == b"E" else "crashed"), body
 
-    def _start(self) -> None:
+    def _start(self, path: str) -> None:
         import subprocess
         import sys
         from multiprocessing.connection import Connection
@@ -315,37 +324,56 @@ class _ReaderProcess:
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
         env = dict(os.environ)
-        # The child imports this package from where this process did (tests put it on sys.path).
+        # The child imports this package from where this process did (tests put it on sys.path);
+        # -P keeps the working directory off its sys.path, so another checkout there is not it.
         root = os.path.dirname(os.path.dirname(os.path.abspath(torch_xla_ext.__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.pop("PYTHONFAULTHANDLER", None)  # an expected crash is reported here, not dumped there
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from torch_xla_ext._compat import stablehlo; "
+                [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-c",
+                 "import sys; from torch_xla_ext._compat import stablehlo; "
                  "stablehlo._serve(int(sys.argv[1]), int(sys.argv[2]))", str(to_child), str(from_child)],
                 pass_fds=(to_child, from_child), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, env=env)
+        except OSError as e:
+            os.close(to_parent)
+            os.close(from_parent)
+            raise InternalError(f"{path}: cannot start the bytecode reader process {sys.executable!r} ({e})") from None
         finally:
             os.close(to_child)
             os.close(from_child)
         self._conn = _Duplex(Connection(to_parent, writable=False), Connection(from_parent, readable=False))
         self._pid = os.getpid()
 
-    def _stop(self) -> str:
-        """Ends the process; how it ended (for the error)."""
+    def _stop(self, kill: bool = False) -> str:
+        """Ends the process (``kill``: now, it hangs); how it ended (for the error)."""
         import signal
         import subprocess
 
         proc, self._proc = self._proc, None
         self._conn.close()
+        if kill:
+            proc.kill()
         try:
             code = proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
         if code < 0:
-            return f"crashed with {signal.Signals(-code).name}"
+            try:
+                return f"crashed with {signal.Signals(-code).name}"
+            except ValueError:
+                return f"crashed with signal {-code}"
         return f"exited with status {code} and no result"
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's reader is not this process's (its lock may even be
+        held by a thread the fork did not copy); the next artifact starts a reader of its own."""
+        self._lock = threading.Lock()
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
 
     def close(self) -> None:
         with self._lock:
@@ -388,6 +416,7 @@ def _close_reader() -> None:
 import atexit  # noqa: E402 - next to what it closes
 
 atexit.register(_close_reader)
+os.register_at_fork(after_in_child=_READER.forget_after_fork)
 
 
 def _serve(read_fd: int, write_fd: int) -> None:
