@@ -5,7 +5,8 @@ structured records (gb_type, GB id, explanation, hints, user frame, count), reco
 failed guard, the joined view per compile id (frame -> Dynamo graph -> AOT graphs -> bridge
 partitions and fallback ops -> XLA graph hashes -> compile time -> executions), XLA graphs,
 fallback ops, replicas, and the timeline as an inline SVG. Styles and the small script (a
-filter for the breaks table) are inline.
+filter for the breaks table) are inline. The pages are Jinja2 templates rendered with autoescape
+(the environment of ``torch_xla_ext/_html.py``): nothing a report holds becomes markup.
 
 Example:
     >>> write_html("breaks.html", ledger.report())
