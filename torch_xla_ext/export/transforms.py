@@ -52,7 +52,10 @@ def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray], transform: str, order:
                  if "sym_name" in op.attributes}
         inner = next(f"{_INNER}{k}" for k in range(len(names) + 1) if f"{_INNER}{k}" not in names)
         arg_types = [a.type for a in main.regions[0].blocks[0].arguments]
-        constants = {i: main_wrapper.dense_attribute(v, arg_types[i]) for i, v in drop.items()}
+        # In the manifest's dtype (as the values' numbers, not their bits), which is the argument's.
+        constants = {i: main_wrapper.dense_attribute(
+            np.asarray(v).astype(np_dtype(bundle.manifest.inputs[i].dtype), copy=False), arg_types[i])
+            for i, v in drop.items()}
         main_wrapper.wrap_main(module, main, keep, constants, inner)
         if not module.operation.verify():
             raise BundleError(f"{transform} output: the rewritten module does not verify")
