@@ -276,9 +276,11 @@ def test_deeply_nested_portable_artifact_is_refused_not_a_crash(ours, monkeypatc
         export.load(ours)
 
 
-def test_reader_process_is_restarted_and_bounded_by_its_timeout(ours, monkeypatch):
-    """A reader that does not answer in time is ended (not waited for) and the next artifact gets
-    a new one; the process is this Python's subprocess, not a fork of the loading process."""
+def test_reader_process_is_restarted_and_bounded_by_its_timeout(ours):
+    """A reader that does not answer in time (here: stopped with SIGSTOP, so it cannot) is ended,
+    not waited for, and the next artifact gets a new one; the reader is this Python's subprocess,
+    not a fork of the loading process."""
+    import signal
     import subprocess
 
     from torch_xla_ext._compat import stablehlo as compat
@@ -287,10 +289,11 @@ def test_reader_process_is_restarted_and_bounded_by_its_timeout(ours, monkeypatc
     assert "func.func" in compat.portable_artifact_to_text(data, "first")
     first = compat._READER._proc
     assert isinstance(first, subprocess.Popen) and first.args[0] == sys.executable
+    os.kill(first.pid, signal.SIGSTOP)
     with pytest.raises(ValueError, match=r"where: not a StableHLO portable artifact \(the bytecode reader did not "
-                                         r"finish in 0 s\)"):
-        compat.portable_artifact_to_text(data, "where", timeout=0)
-    assert first.poll() is not None  # ended
+                                         r"finish in 1 s\)"):
+        compat.portable_artifact_to_text(data, "where", timeout=1)
+    assert first.poll() == -signal.SIGKILL  # ended, not left stopped
     assert "func.func" in compat.portable_artifact_to_text(data, "again")
     assert compat._READER._proc is not first
 
