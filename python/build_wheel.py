@@ -31,6 +31,7 @@ RANGES = {
     "scipy": ">=1.12",
     "safetensors": ">=0.4",  # parity's cross-process captures (never pickle)
     "jinja2": ">=3.1",  # parity's HTML page (autoescape); torch requires it too
+    "pydantic": ">=2.0",  # the schemas of saved graph-break reports and parity captures (_validation.py)
 }
 # Optional features: `pip install 'torch-xla-ext[plot]'` adds the PNG plots of the reports.
 EXTRAS = {

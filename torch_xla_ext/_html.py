@@ -27,3 +27,13 @@ details{margin:3px 0 3px 14px}summary{cursor:pointer}
 input[type=search]{padding:4px 6px;width:320px;margin:4px 0}
 svg text{font:11px system-ui,sans-serif}
 """
+
+
+def environment(templates: dict[str, str] | None = None):
+    """The Jinja2 environment every page renders through: autoescape on (a value from a report
+    never becomes markup; our constants go in with ``|safe``), undefined names an error.
+    ``templates``: named templates (``{% import "macros" as m %}``, ``{% extends "page" %}``)."""
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.DictLoader(templates or {}), autoescape=True,
+                              undefined=jinja2.StrictUndefined)

@@ -148,6 +148,12 @@ ROWS = [
         ValueError, "model: expected module:factory, got 'no_colon'"),
     Row("graph_breaks.merge_reports", lambda: graph_breaks().merge(["/nonexistent/rank0.json"]),
         NotFoundError, FileNotFoundError, "/nonexistent/rank0.json"),
+    Row("graph_breaks.GraphBreakReport.from_dict nested field", lambda: graph_breaks().GraphBreakReport.from_dict(
+        {"fx_breaks": [{"gb_type": "x"}, "not a record"]}, where="r.json"), InvalidArgumentError, ValueError,
+        "r.json: field 'fx_breaks[1]' must be dict, got str"),
+    Row("graph_breaks.GraphBreakReport.from_dict bool count", lambda: graph_breaks().GraphBreakReport.from_dict(
+        {"aot_graphs": {"forward": True}}, where="r.json"), InvalidArgumentError, ValueError,
+        "r.json: field 'aot_graphs.forward' must be int, got bool"),
 ]
 
 

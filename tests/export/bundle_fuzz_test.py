@@ -259,21 +259,48 @@ def _nested_artifact(depth):
 
 def test_deeply_nested_portable_artifact_is_refused_not_a_crash(ours, monkeypatch):
     """The bytecode reader overflowed the main thread's stack at 10k levels (a 50 KB file): it now
-    runs on a big-stack thread, after a cap on type/attribute entries (depth <= entries)."""
+    runs on a big-stack thread of the reader process, and what still overflows that stack crashes
+    the reader process only (here with a stack too small for 10k levels): a BundleError."""
     from torch_xla_ext._compat import stablehlo as compat
 
     os.remove(ours / "module.mlir")
     (ours / "module.mlirbc").write_bytes(_nested_artifact(10000))
     with pytest.raises(export.BundleError, match=r"module.mlirbc: nested 1000[0-9] levels deep"):
         export.load(ours)
-    monkeypatch.setattr(compat, "_MAX_ATTR_TYPE_ENTRIES", 5000)
-    with pytest.raises(export.BundleError, match=r"module.mlirbc: 10012 attribute/type entries; more than 5000"):
+    monkeypatch.setattr(compat, "_READER_STACK_BYTES", 1 << 20)
+    with pytest.raises(export.BundleError, match=r"module.mlirbc: not a StableHLO portable artifact "
+                                                 r"\(the bytecode reader crashed with SIGSEGV\)"):
         export.load(ours)
+    monkeypatch.undo()  # a new reader process, with the big stack again
+    with pytest.raises(export.BundleError, match=r"module.mlirbc: nested 1000[0-9] levels deep"):
+        export.load(ours)
+
+
+def test_reader_process_is_restarted_and_bounded_by_its_timeout(ours):
+    """A reader that does not answer in time (here: stopped with SIGSTOP, so it cannot) is ended,
+    not waited for, and the next artifact gets a new one; the reader is this Python's subprocess,
+    not a fork of the loading process."""
+    import signal
+    import subprocess
+
+    from torch_xla_ext._compat import stablehlo as compat
+
+    data = (ours / "module.mlirbc").read_bytes()
+    assert "func.func" in compat.portable_artifact_to_text(data, "first")
+    first = compat._READER._proc
+    assert isinstance(first, subprocess.Popen) and first.args[0] == sys.executable
+    os.kill(first.pid, signal.SIGSTOP)
+    with pytest.raises(ValueError, match=r"where: not a StableHLO portable artifact \(the bytecode reader did not "
+                                         r"finish in 1 s\)"):
+        compat.portable_artifact_to_text(data, "where", timeout=1)
+    assert first.poll() == -signal.SIGKILL  # ended, not left stopped
+    assert "func.func" in compat.portable_artifact_to_text(data, "again")
+    assert compat._READER._proc is not first
 
 
 def test_portable_artifact_that_crashes_the_reader_is_a_bundle_error(ours):
     """Two bytes flipped near the end of module.mlirbc made MLIR's bytecode reader segfault in
-    the loading process; it now runs in a forked child and the crash is a BundleError."""
+    the loading process; it now runs in a reader process and the crash is a BundleError."""
     os.remove(ours / "module.mlir")
     data = bytearray((ours / "module.mlirbc").read_bytes())
     data[int(0.983697203330548 * len(data))] = 121

@@ -85,3 +85,11 @@ def test_bad_capture_files_raise_typed_errors(tmp_path, captured):
         "outputs": "[]"})
     with pytest.raises(parity.CaptureError, match=r"entry '0/in\[0\]\[0\]'"):
         parity.load_capture(str(listed))
+    nested = tmp_path / "nested.safetensors"
+    save_file({"x": torch.ones(2)}, str(nested), metadata={
+        "format": "torch_xla_ext.parity.capture/1", "calls": json.dumps([{"path": "a", "call": 0, "depth": 1,
+                                                                         "inputs": [], "outputs": [[""]]}]),
+        "outputs": "[]"})
+    with pytest.raises(parity.CaptureError, match=r"nested.safetensors: metadata: field 'calls\[0\].outputs\[0\]' "
+                                                  r"must be str, got list"):
+        parity.load_capture(str(nested))

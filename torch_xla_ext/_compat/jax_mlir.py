@@ -26,6 +26,37 @@ def isa(value: Any, cls: type) -> bool:
     return bool(check(value)) if check is not None else isinstance(value, cls)
 
 
+def bool_elements_attr(values: np.ndarray, element_type: Any, shape: list[int]) -> Any:
+    """A DenseElementsAttr of i1 ``element_type`` holding the bools ``values`` (inside a context).
+    jaxlib up to 0.8 reads i1 buffers bit-packed (little bit order; a one-element buffer must be
+    a splat byte, 0x00 or 0xFF); later ones read one byte per element. Which one is probed once:
+    an unpacked two-element buffer is the wrong size for the packed reader, which refuses it."""
+    from jax.extend.mlir import ir
+
+    flat = np.ascontiguousarray(values, dtype=np.bool_).reshape(-1)
+    if _bools_unpacked(element_type):
+        return ir.DenseElementsAttr.get(flat, type=element_type, shape=shape)
+    packed = np.packbits(flat, bitorder="little")
+    if flat.size == 1:
+        packed = np.array(0xFF if flat[0] else 0, np.uint8)
+    return ir.DenseElementsAttr.get(packed, type=element_type, shape=shape)
+
+
+_UNPACKED_BOOLS: list[bool] = []
+
+
+def _bools_unpacked(element_type: Any) -> bool:
+    if not _UNPACKED_BOOLS:
+        from jax.extend.mlir import ir
+
+        try:
+            ir.DenseElementsAttr.get(np.array([True, False]), type=element_type, shape=[2])
+            _UNPACKED_BOOLS.append(True)
+        except ValueError:
+            _UNPACKED_BOOLS.append(False)
+    return _UNPACKED_BOOLS[0]
+
+
 def make_context() -> Any:
     """A fresh MLIR context with the dialects of JAX's lowering (StableHLO, CHLO, func, Shardy)."""
     from jax._src.interpreters import mlir as jmlir

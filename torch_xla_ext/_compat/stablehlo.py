@@ -10,12 +10,11 @@ import dataclasses
 import json
 import os
 import threading
-import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-from torch_xla_ext.errors import UnimplementedError
+from torch_xla_ext.errors import InternalError, UnimplementedError
 
 
 @dataclasses.dataclass
@@ -258,125 +257,189 @@ def _read(path: str) -> bytes:
         raise ValueError(f"{path}: unreadable ({e.strerror or e})") from None
 
 
-# MLIR's bytecode reader and printer recurse once per level of type/attribute nesting, so a
-# crafted artifact overflows the stack (a segfault, not an exception). Deserialize on a thread
-# with a big stack, and refuse artifacts with more type/attribute entries than that stack can
-# nest (nesting depth <= number of entries, each level being a distinct entry). The reader also
-# crashes on some corrupt artifacts, so it runs in a forked child (_in_child).
+# MLIR's bytecode reader and printer recurse once per level of type/attribute nesting, and crash
+# (SIGSEGV) on some corrupt artifacts: deserializing runs in a reader process of its own (a
+# subprocess of this Python, not a fork beside JAX's threads), on a thread with a big stack, so a
+# crash, a stack overflow or a hang there is a typed error here. The process is started at the first
+# artifact and kept for the next ones (the first request imports jaxlib's MLIR, ~1 s).
 _READER_STACK_BYTES = 1 << 30
-_MAX_ATTR_TYPE_ENTRIES = 250_000
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """MLIR bytecode's prefix varint: trailing zeros of the first byte + 1 = its length in bytes."""
-    first = data[pos]
-    if first == 0:
-        return int.from_bytes(data[pos + 1:pos + 9], "little"), pos + 9
-    n = (first & -first).bit_length()
-    return int.from_bytes(data[pos:pos + n], "little") >> n, pos + n
-
-
-def _attr_type_entries(data: bytes) -> int | None:
-    """numAttrs + numTypes from the bytecode's AttrTypeOffset section; None if not found (the
-    reader then reports the malformed artifact itself)."""
-    try:
-        if data[:4] != b"ML\xefR":
-            return None
-        _, pos = _varint(data, 4)                  # version
-        pos = data.index(b"\0", pos) + 1           # producer string
-        while pos < len(data):
-            code = data[pos]
-            length, pos = _varint(data, pos + 1)
-            if code & 0x80:                        # aligned section: alignment, then padding
-                align, pos = _varint(data, pos)
-                while align and pos % align and pos < len(data) and data[pos] == 0xCB:
-                    pos += 1
-            if code & 0x7F == 3:                   # kAttrTypeOffset
-                num_attrs, p = _varint(data, pos)
-                num_types, _ = _varint(data, p)
-                return num_attrs + num_types
-            pos += length
-    except (IndexError, ValueError):
-        return None
-    return None
 
 
 def portable_artifact_to_text(data: bytes, path: str, timeout: float = 120.0) -> str:
     """The module of a StableHLO portable artifact, as text. MLIR's bytecode reader can crash
-    (SIGSEGV) on corrupt input, so it runs in a forked child; a crash, a hang or a rejection
+    (SIGSEGV) on corrupt input, so it runs in a reader process; a crash, a hang or a rejection
     is a ValueError naming `path`."""
-    entries = _attr_type_entries(data)
-    if entries is not None and entries > _MAX_ATTR_TYPE_ENTRIES:
-        raise ValueError(f"{path}: {entries} attribute/type entries; more than {_MAX_ATTR_TYPE_ENTRIES} "
-                         f"could nest deeper than the reader's stack")
-    kind, payload = _in_child(lambda: _on_big_stack(_deserialize, data, path), timeout)
+    kind, payload = _READER.request(data, path, timeout)
     if kind == "ok":
         return payload
     if kind == "error":
-        raise ValueError(payload)
+        raise ValueError(f"{path}: not a StableHLO portable artifact ({payload})")
     raise ValueError(f"{path}: not a StableHLO portable artifact (the bytecode reader {payload})")
 
 
-def _in_child(fn, timeout: float) -> tuple[str, str]:
-    """Runs `fn() -> str` in a forked child: ("ok", result), ("error", str(ValueError)) or
-    ("crashed", how). The child only runs MLIR code, never the XLA runtime."""
-    import select
-    import signal
-    import time
+class _ReaderProcess:
+    """One reader process (``python -c ... _serve``) and the two pipes to it, restarted after a
+    crash or a timeout. Messages are ``multiprocessing.connection`` frames of raw bytes (never
+    pickles): a request is 8 bytes of stack size then the artifact; a reply is a tag byte (T: text,
+    E: ValueError's message, X: another exception) then UTF-8."""
 
-    r, w = os.pipe()
-    with warnings.catch_warnings():
-        # JAX warns that fork and its threads may deadlock; the child runs only MLIR's reader
-        # (no XLA runtime), and a hang is bounded by `timeout` anyway.
-        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-        pid = os.fork()
-    if pid == 0:  # child: never returns
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: Any = None
+        self._conn: Any = None
+        self._pid = -1  # the process that started it (a forked copy of this object starts its own)
+
+    def request(self, data: bytes, path: str, timeout: float) -> tuple[str, str]:
+        """("ok", text), ("error", message) or ("crashed", how)."""
+        request = _READER_STACK_BYTES.to_bytes(8, "little") + data
+        with self._lock:
+            for attempt in (0, 1):
+                if self._proc is None or self._pid != os.getpid() or self._proc.poll() is not None:
+                    self._start(path)
+                try:
+                    self._conn.send_bytes(request)
+                except OSError:  # it had died before this artifact: a new reader gets it once more
+                    self._stop()
+                    if attempt:
+                        raise InternalError(f"{path}: the bytecode reader process does not take requests") from None
+                    continue
+                try:
+                    if not self._conn.poll(timeout):
+                        self._stop(kill=True)
+                        return "crashed", f"did not finish in {timeout:g} s"
+                    reply = self._conn.recv_bytes()
+                except (EOFError, OSError):  # it died reading this artifact
+                    return "crashed", self._stop()
+                break
+        tag, body = reply[:1], reply[1:].decode("utf-8", "surrogateescape")
+        return ("ok" if tag == b"T" else "error" if tag == b"E" else "crashed"), body
+
+    def _start(self, path: str) -> None:
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        import torch_xla_ext
+
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        env = dict(os.environ)
+        # The child imports this package from where this process did (tests put it on sys.path);
+        # -P keeps the working directory off its sys.path, so another checkout there is not it.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(torch_xla_ext.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env.pop("PYTHONFAULTHANDLER", None)  # an expected crash is reported here, not dumped there
         try:
-            os.close(r)
-            import faulthandler
-
-            faulthandler.disable()  # an expected crash is reported by the parent, not dumped here
-            try:
-                payload = b"T" + fn().encode("utf-8", "surrogateescape")
-            except ValueError as e:
-                payload = b"E" + str(e).encode("utf-8", "replace")
-            except BaseException as e:  # noqa: BLE001 - reported to the parent
-                payload = b"X" + f"raised {type(e).__name__}: {e}".encode("utf-8", "replace")
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(w, view):]
+            self._proc = subprocess.Popen(
+                [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-c",
+                 "import sys; from torch_xla_ext._compat import stablehlo; "
+                 "stablehlo._serve(int(sys.argv[1]), int(sys.argv[2]))", str(to_child), str(from_child)],
+                pass_fds=(to_child, from_child), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env=env)
+        except OSError as e:
+            os.close(to_parent)
+            os.close(from_parent)
+            raise InternalError(f"{path}: cannot start the bytecode reader process {sys.executable!r} ({e})") from None
         finally:
-            os._exit(0)
-    os.close(w)
-    chunks, deadline, timed_out = [], time.monotonic() + timeout, False
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                timed_out = True
-                os.kill(pid, signal.SIGKILL)
-                break
-            chunk = os.read(r, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-    if timed_out:
-        return "crashed", f"did not finish in {timeout:g} s"
-    if os.WIFSIGNALED(status):
-        return "crashed", f"crashed with {signal.Signals(os.WTERMSIG(status)).name}"
-    out = b"".join(chunks)
-    if not out:
-        return "crashed", f"exited with status {os.waitstatus_to_exitcode(status)} and no result"
-    tag, body = out[:1], out[1:].decode("utf-8", "surrogateescape")
-    return ("ok" if tag == b"T" else "error" if tag == b"E" else "crashed"), body
+            os.close(to_child)
+            os.close(from_child)
+        self._conn = _Duplex(Connection(to_parent, writable=False), Connection(from_parent, readable=False))
+        self._pid = os.getpid()
+
+    def _stop(self, kill: bool = False) -> str:
+        """Ends the process (``kill``: now, it hangs); how it ended (for the error)."""
+        import signal
+        import subprocess
+
+        proc, self._proc = self._proc, None
+        self._conn.close()
+        if kill:
+            proc.kill()
+        try:
+            code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        if code < 0:
+            try:
+                return f"crashed with {signal.Signals(-code).name}"
+            except ValueError:
+                return f"crashed with signal {-code}"
+        return f"exited with status {code} and no result"
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's reader is not this process's (its lock may even be
+        held by a thread the fork did not copy); the next artifact starts a reader of its own."""
+        self._lock = threading.Lock()
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None and self._pid == os.getpid():
+                self._conn.close()  # the reader sees the end of its input and exits
+                try:
+                    self._proc.wait(timeout=5)
+                except Exception:  # noqa: BLE001 - at exit: never hang or raise
+                    self._proc.kill()
+                self._proc = None
 
 
-def _on_big_stack(fn, *args):
-    import threading
+class _Duplex:
+    """A reading and a writing ``Connection`` (one pipe each) as one."""
 
+    def __init__(self, reader: Any, writer: Any) -> None:
+        self.reader, self.writer = reader, writer
+
+    def send_bytes(self, data: bytes) -> None:
+        self.writer.send_bytes(data)
+
+    def poll(self, timeout: float) -> bool:
+        return self.reader.poll(timeout)
+
+    def recv_bytes(self) -> bytes:
+        return self.reader.recv_bytes()
+
+    def close(self) -> None:
+        self.reader.close()
+        self.writer.close()
+
+
+_READER = _ReaderProcess()
+
+
+def _close_reader() -> None:
+    _READER.close()
+
+
+import atexit  # noqa: E402 - next to what it closes
+
+atexit.register(_close_reader)
+os.register_at_fork(after_in_child=_READER.forget_after_fork)
+
+
+def _serve(read_fd: int, write_fd: int) -> None:
+    """The reader process: answers requests until its input ends. It only runs MLIR's reader."""
+    from multiprocessing.connection import Connection
+
+    requests, replies = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    while True:
+        try:
+            request = requests.recv_bytes()
+        except EOFError:
+            return
+        stack, data = int.from_bytes(request[:8], "little"), request[8:]
+        try:
+            reply = b"T" + _on_big_stack(stack, _deserialize, data).encode("utf-8", "surrogateescape")
+        except ValueError as e:
+            reply = b"E" + str(e).encode("utf-8", "replace")
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            reply = b"X" + f"raised {type(e).__name__}: {e}".encode("utf-8", "replace")
+        replies.send_bytes(reply)
+
+
+def _on_big_stack(stack_bytes: int, fn, *args):
     out: dict[str, Any] = {}
 
     def run() -> None:
@@ -385,7 +448,7 @@ def _on_big_stack(fn, *args):
         except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
             out["error"] = e
 
-    old = threading.stack_size(_READER_STACK_BYTES)
+    old = threading.stack_size(stack_bytes)
     try:
         thread = threading.Thread(target=run, name="txe-artifact-reader")
         thread.start()
@@ -397,13 +460,14 @@ def _on_big_stack(fn, *args):
     return out["value"]
 
 
-def _deserialize(data: bytes, path: str) -> str:
+def _deserialize(data: bytes) -> str:
+    """In the reader process: the artifact's text; ValueError(jaxlib's message) if it is not one."""
     from torch_xla_ext._compat import jax_mlir
 
     try:
         return jax_mlir.portable_artifact_to_text(data)
     except RuntimeError as e:  # jaxlib's XlaRuntimeError (INVALID_ARGUMENT: failed to deserialize)
-        raise ValueError(f"{path}: not a StableHLO portable artifact ({e})") from None
+        raise ValueError(str(e)) from None
 
 
 # --- collectives -------------------------------------------------------------------------------

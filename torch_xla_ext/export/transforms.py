@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from torch_xla_ext.export import graph, tensor_file
+from torch_xla_ext.export import graph, main_wrapper, tensor_file
 from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
                                         RunInputError, WeightsTooLargeError)
-from torch_xla_ext.export.manifest import MLIR_TYPES, dtype_name, is_python_constant, np_dtype
+from torch_xla_ext.export.manifest import dtype_name, is_python_constant, np_dtype
 
 _INNER = "_txe_main_inner"
 
@@ -34,22 +34,10 @@ _INNER = "_txe_main_inner"
 INLINE_LIMIT_BYTES = 64 * 2**20
 
 
-def _dense_literal(arr: np.ndarray, dtype: str) -> str:
-    ty = f"tensor<{''.join(f'{d}x' for d in arr.shape)}{MLIR_TYPES[dtype]}>"
-    if dtype == "bool":
-        flat = ", ".join("true" if b else "false" for b in arr.reshape(-1))
-        return f"stablehlo.constant dense<{'[' + flat + ']' if arr.ndim else flat}> : {ty}" if arr.size else \
-            f"stablehlo.constant dense<> : {ty}"
-    # MLIR's hex form: the elements' little-endian bytes (complex: real then imaginary part).
-    data = np.ascontiguousarray(arr.astype(np_dtype(dtype), copy=False)).astype(
-        np_dtype(dtype).newbyteorder("<"), copy=False).tobytes()
-    return f'stablehlo.constant dense<"0x{data.hex().upper()}"> : {ty}'
-
-
-def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str, order: list[int] | None = None) -> Bundle:
-    """A bundle whose new `main` takes every argument but `drop` (index -> constant op text), in
+def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray], transform: str, order: list[int] | None = None) -> Bundle:
+    """A bundle whose new `main` takes every argument but `drop` (index -> its value), in
     `order` (old indices; default: as before), and calls the old `main`, renamed private, with
-    those made inside."""
+    those made inside (built with jaxlib's MLIR builders, export/main_wrapper.py)."""
     from jax.extend.mlir import ir
 
     keep = [i for i in (order if order is not None else range(len(bundle.manifest.inputs))) if i not in drop]
@@ -63,41 +51,15 @@ def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str, order: list[i
         names = {ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
                  if "sym_name" in op.attributes}
         inner = next(f"{_INNER}{k}" for k in range(len(names) + 1) if f"{_INNER}{k}" not in names)
-        block = main.regions[0].blocks[0]
-        arg_types = [str(a.type) for a in block.arguments]
-        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-        result_types = [str(t) for t in ftype.results]
-        main.attributes["sym_name"] = ir.StringAttr.get(inner)
-        main.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        inner_text = str(module)
-    params = ", ".join(f"%arg{j}: {arg_types[i]}" for j, i in enumerate(keep))
-    lines = [f"  func.func @main({params}) -> ({', '.join(result_types)}) {{"]
-    operand = {}
-    for j, i in enumerate(keep):
-        operand[i] = f"%arg{j}"
-    for i, op_text in drop.items():
-        lines.append(f"    %c{i} = {op_text}")
-    if drop:
-        # An optimization barrier keeps XLA from folding the old arguments' values into the
-        # program at compile time: folded with XLA's constant evaluator, weight-only expressions
-        # (a batch norm's rsqrt(var + eps) * gamma) round differently from the kernels that
-        # compute them at run time, so the rewrite would no longer compute what `main` did.
-        dropped = list(drop)
-        types = ", ".join(arg_types[i] for i in dropped)
-        lhs_b = "%b" if len(dropped) == 1 else f"%b:{len(dropped)}"
-        lines.append(f"    {lhs_b} = stablehlo.optimization_barrier {', '.join(f'%c{i}' for i in dropped)} : {types}")
-        for k, i in enumerate(dropped):
-            operand[i] = "%b" if len(dropped) == 1 else f"%b#{k}"
-    call_args = ", ".join(operand[i] for i in range(len(arg_types)))
-    n_res = len(result_types)
-    lhs = "%r" if n_res <= 1 else f"%r:{n_res}"
-    call = f"func.call @{inner}({call_args}) : ({', '.join(arg_types)}) -> ({', '.join(result_types)})"
-    lines.append(f"    {lhs} = {call}" if n_res else f"    {call}")
-    rets = ["%r"] if n_res == 1 else [f"%r#{k}" for k in range(n_res)]
-    lines.append(f"    return {', '.join(rets)} : {', '.join(result_types)}" if n_res else "    return")
-    lines.append("  }")
-    end = inner_text.rstrip().rfind("}")
-    text = inner_text[:end] + "\n".join(lines) + "\n}\n"
+        arg_types = [a.type for a in main.regions[0].blocks[0].arguments]
+        # In the manifest's dtype (as the values' numbers, not their bits), which is the argument's.
+        constants = {i: main_wrapper.dense_attribute(
+            np.asarray(v).astype(np_dtype(bundle.manifest.inputs[i].dtype), copy=False), arg_types[i])
+            for i, v in drop.items()}
+        main_wrapper.wrap_main(module, main, keep, constants, inner)
+        if not module.operation.verify():
+            raise BundleError(f"{transform} output: the rewritten module does not verify")
+        text = str(module)
     graph.parse(text, f"{transform} output")  # must still parse
 
     m = bundle.manifest
@@ -123,7 +85,7 @@ def strip_tokens(bundle: Bundle) -> Bundle:
     drop = {}
     for inp in bundle.manifest.inputs:
         if inp.kind == "collective_token":
-            drop[inp.index] = _dense_literal(np.asarray(inp.value, np_dtype(inp.dtype)), inp.dtype)
+            drop[inp.index] = np.asarray(inp.value, np_dtype(inp.dtype))
     return _rewrite(bundle, drop, "strip_tokens")
 
 
@@ -145,7 +107,7 @@ def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
             f"which keeps weights as arrays bound to the program's arguments, or run the bundle as it is")
     drop = {}
     for inp in chosen:
-        drop[inp.index] = _dense_literal(np.asarray(bundle.arrays[inp.file]), inp.dtype)
+        drop[inp.index] = np.asarray(bundle.arrays[inp.file])
     return _rewrite(bundle, drop, "inline_constants(weights=True)" if weights else "inline_constants")
 
 
@@ -305,7 +267,7 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
     state = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]
     small = [i for i in state if i.dtype in _NARROWED]
     small = small if sum(np.asarray(stripped.arrays[i.file]).nbytes for i in small) <= _NARROWED_INLINE_BYTES else []
-    lean = _rewrite(stripped, {i.index: _dense_literal(np.asarray(stripped.arrays[i.file]), i.dtype) for i in small},
+    lean = _rewrite(stripped, {i.index: np.asarray(stripped.arrays[i.file]) for i in small},
                     "inline_constants(64-bit)") if small else stripped
     m = lean.manifest
     bound = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]

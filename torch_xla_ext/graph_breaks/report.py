@@ -186,25 +186,17 @@ class GraphBreakReport:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "report") -> "GraphBreakReport":
-        """The report in ``d`` (what :meth:`to_dict` wrote); errors name ``where`` and the field."""
+        """The report in ``d`` (what :meth:`to_dict` wrote); errors name ``where`` and the field.
+        The dataclass's fields are the schema (validated by pydantic, :mod:`torch_xla_ext._validation`)."""
+        from torch_xla_ext import _validation
+
         if not isinstance(d, dict):
             raise GraphBreakError(f"{where}: expected a JSON object, got {type(d).__name__}")
         schema = d.get("schema", SCHEMA)
         if schema != SCHEMA:
             raise GraphBreakError(f"{where}: schema {schema!r} is not {SCHEMA!r}")
-        kwargs = {"device": "unknown"}  # a report written before reports named their device
-        for f in dataclasses.fields(cls):
-            if f.name not in d:
-                continue
-            v = d[f.name]
-            want = dict if f.type.startswith("dict") else list if f.type.startswith("list") else \
-                float if f.type == "float" else str if f.type == "str" else int
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) if want is float else \
-                isinstance(v, want) and not (want is int and isinstance(v, bool))
-            if not ok:
-                raise GraphBreakError(f"{where}: field {f.name!r} must be {want.__name__}, got {type(v).__name__}")
-            kwargs[f.name] = v
-        return cls(**kwargs)
+        # a report written before reports named their device
+        return _validation.validate(cls, {"device": "unknown", **d}, GraphBreakError, where)
 
     def save(self, path: str) -> str:
         """Writes the report as JSON to ``path`` (``{rank}`` in it becomes this report's rank,

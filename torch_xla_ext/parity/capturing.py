@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from torch_xla_ext.parity import runners
 from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityTypeError
@@ -183,36 +183,59 @@ def load_capture(path: str | os.PathLike) -> Capture:
         raise CaptureNotFoundError(f"{path}: no such capture file")
     try:
         with safe_open(path, framework="pt") as f:
-            meta = f.metadata() or {}
+            raw = f.metadata() or {}
             keys = set(f.keys())
-            if meta.get("format") != FORMAT:
-                raise CaptureError(f"{path}: metadata 'format' is {meta.get('format')!r}, expected {FORMAT!r}")
-            try:
-                calls_meta = json.loads(meta["calls"])
-                outputs_meta = json.loads(meta["outputs"])
-            except (KeyError, json.JSONDecodeError) as e:
-                raise CaptureError(f"{path}: metadata 'calls'/'outputs' is missing or not JSON ({e})") from None
-            if not isinstance(calls_meta, list) or not isinstance(outputs_meta, list):
-                raise CaptureError(f"{path}: metadata 'calls' and 'outputs' must be JSON lists")
+            meta = _capture_metadata(raw, path)
 
             def get(key: str) -> Any:
                 if key not in keys:
                     raise CaptureError(f"{path}: entry {key!r} is listed in the metadata but not stored")
                 return f.get_tensor(key)
 
-            calls = []
-            for i, c in enumerate(calls_meta):
-                try:
-                    inputs = {p: get(f"{i}/in{p}") for p in c["inputs"]}
-                    outputs = {p: get(f"{i}/out{p}") for p in c["outputs"]}
-                    calls.append(ModuleCall(str(c["path"]), int(c["call"]), int(c["depth"]), inputs, outputs))
-                except (KeyError, TypeError, ValueError) as e:
-                    raise CaptureError(f"{path}: metadata 'calls'[{i}] is malformed ({type(e).__name__}: {e})") from None
-            outputs = {p: get(f"outputs{p}") for p in outputs_meta}
+            calls = [ModuleCall(c.path, c.call, c.depth, {p: get(f"{i}/in{p}") for p in c.inputs},
+                                {p: get(f"{i}/out{p}") for p in c.outputs}) for i, c in enumerate(meta.calls)]
+            outputs = {p: get(f"outputs{p}") for p in meta.outputs}
     except SafetensorError as e:
         raise CaptureError(f"{path}: not a readable safetensors file ({e})") from None
-    info = {k.removeprefix("info."): v for k, v in meta.items() if k.startswith("info.")}
-    return Capture(calls, outputs, meta.get("dtype", "input dtypes"), meta.get("device", "?"), info)
+    info = {k.removeprefix("info."): v for k, v in raw.items() if k.startswith("info.")}
+    return Capture(calls, outputs, meta.dtype, meta.device, info)
+
+
+@dataclasses.dataclass
+class _CallRecord:
+    """One entry of the metadata's ``calls`` list (what :meth:`Capture.save` writes)."""
+
+    path: str
+    call: int
+    depth: int
+    inputs: list[str]
+    outputs: list[str]
+
+
+@dataclasses.dataclass
+class _CaptureMetadata:
+    """The safetensors metadata of a capture: its schema (``calls`` and ``outputs`` are JSON text)."""
+
+    format: Literal[FORMAT]
+    calls: list[_CallRecord]
+    outputs: list[str]
+    dtype: str = "input dtypes"
+    device: str = "?"
+
+
+def _capture_metadata(raw: dict[str, str], path: str) -> _CaptureMetadata:
+    """The metadata validated against :class:`_CaptureMetadata` (pydantic); a CaptureError names the field."""
+    from torch_xla_ext import _validation
+
+    data: dict[str, Any] = dict(raw)
+    for key in ("calls", "outputs"):
+        if key in data:
+            try:
+                data[key] = json.loads(data[key])
+            except json.JSONDecodeError as e:
+                raise CaptureError(f"{path}: metadata '{key}' is not JSON ({e})") from None
+    # Lax: the counts were written as ints, but a hand-made file's "3" is read as 3 (as int() did).
+    return _validation.validate(_CaptureMetadata, data, CaptureError, f"{path}: metadata", strict=False)
 
 
 def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,

@@ -62,13 +62,13 @@ def render_html(report: ParityReport, title: str = "torch_xla parity") -> str:
         >>> "<h2>Outputs</h2>" in render_html(report)  # doctest: +SKIP
         True
     """
-    import jinja2
+    from torch_xla_ext import _html
 
     if not isinstance(report, ParityReport):
         raise ParityTypeError(f"report: expected a ParityReport, got {type(report).__name__}")
     # Autoescape: report text (module and output names, exception messages) never becomes markup; the
     # CSP and stylesheet are our constants and go in as they are (a <style> does not decode entities).
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env = _html.environment()
     verdict = report.verdict.value if isinstance(report.verdict, Verdict) else str(report.verdict)
     return env.from_string(_TEMPLATE).render(
         csp=CSP, css=CSS, title=title, verdict=verdict, dtype=report.dtype, lead=document.lead(report),
