@@ -71,6 +71,27 @@ def txe_py_library(name, srcs = None, deps = [], **kwargs):
         **kwargs
     )
 
+def txe_py_import_tests(layers):
+    """`<library>_import_test` for every row of the layer table: imports each module of the library
+    with only its row's deps in the runfiles (tests/layers/import_check.py), so a module-level
+    import the row does not declare fails in `bazel test //...`."""
+    for name, _, _ in layers:
+        native.py_test(
+            name = name + "_import_test",
+            srcs = ["import_check.py"],
+            main = "import_check.py",
+            args = [name],
+            data = ["//bazel:layers.bzl"],
+            deps = [
+                ":layer_table",
+                "//torch_xla_ext:" + name,
+            ],
+            size = "small",
+            tags = ["python"],
+            python_version = "PY3",
+            srcs_version = "PY3",
+        )
+
 def _quoted_k(k):
     # Bazel splits `args` like a Bourne shell, so a -k expression with spaces must reach it as
     # one quoted word ('a or b'); done here once rather than by hand in every BUILD file.
