@@ -16,9 +16,12 @@ is one new row above its first user, plus its name in its users' rows.
 TXE_PY_LAYERS = [
     # The package itself: `import torch_xla_ext` imports only its version.
     ("package", ["__init__.py", "version.py"], []),
-    # Shared modules: no torch_xla_ext imports but errors.
+    # Shared modules: no torch_xla_ext imports but errors. _dtypes (the one dtype table) and
+    # _json (the one JSON encoding) are being added by another branch; their rows stand ready.
     ("errors", ["errors.py"], []),
     ("_versions", ["_versions.py"], []),
+    ("_dtypes", ["_dtypes.py"], []),
+    ("_json", ["_json.py"], []),
     ("_html", ["_html.py"], []),
     ("_plot", ["_plot.py"], []),
     ("_device", ["_device.py"], ["errors"]),
@@ -27,15 +30,15 @@ TXE_PY_LAYERS = [
     # module init imports errors (C++ Status -> our exception classes).
     ("_ext", [], ["errors"]),
     # The only code that touches torch_xla's and JAX's private APIs: not the extension.
-    ("_compat", ["_compat/**/*.py"], ["errors"]),
+    ("_compat", ["_compat/**/*.py"], ["_json", "errors"]),
     # Components.
-    ("numerics", ["numerics.py"], ["_ext", "errors"]),
-    ("collectives", ["collectives.py"], ["_compat", "_ext", "_versions", "errors"]),
-    ("jax_call", ["jax_call.py"], ["_compat", "_ext", "_versions", "errors"]),
-    ("export", ["export/**/*.py"], ["_compat", "_ext", "_versions", "errors"]),
-    ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_ext", "_factory", "_html", "_plot", "_versions", "errors"]),
-    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_ext", "_html", "_plot", "_versions", "errors", "numerics"]),
+    ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "errors"]),
+    ("collectives", ["collectives.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
+    ("jax_call", ["jax_call.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
+    ("export", ["export/**/*.py"], ["_compat", "_dtypes", "_ext", "_json", "_versions", "errors"]),
+    ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_ext", "_factory", "_html", "_json", "_plot", "_versions", "errors"]),
+    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_plot", "_versions", "errors", "numerics"]),
     # Composition and the command line.
-    ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
+    ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
     ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "doctor", "errors", "export", "graph_breaks", "numerics", "parity"]),
 ]

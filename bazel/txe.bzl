@@ -99,14 +99,17 @@ def _quoted_k(k):
         fail("txe_py_test: k = %r must not contain a single quote" % k)
     return ["-k", "'%s'" % k]
 
-def txe_py_test(name, src, size = "small", deps = [], data = [], args = [], tags = [], k = None, **kwargs):
+def txe_py_test(name, src, size = "small", deps = None, data = [], args = [], tags = [], k = None, **kwargs):
     """A pytest file run by Bazel with the venv interpreter; results land in Bazel's test.xml.
 
     `deps` names the //torch_xla_ext libraries (and test helper libraries) the file imports: only
-    those are in its runfiles, so the test re-runs only when they change. `k` is a pytest -k
-    expression ("resnet18 or vit"), passed as one argument. Tagged "python" so `--config=asan`
+    those are in its runfiles, so the test re-runs only when they change; without `deps` it gets
+    all of //torch_xla_ext (the safe side for a target written before the split). `k` is a pytest
+    -k expression ("resnet18 or vit"), passed as one argument. Tagged "python" so `--config=asan`
     (which cannot load an instrumented extension into the uninstrumented interpreter) leaves it
     out."""
+    if deps == None:
+        deps = ["//torch_xla_ext"]
     native.py_test(
         name = name,
         srcs = [src, "//bazel:pytest_main.py"],
