@@ -16,12 +16,14 @@ is one new row above its first user, plus its name in its users' rows.
 TXE_PY_LAYERS = [
     # The package itself: `import torch_xla_ext` imports only its version.
     ("package", ["__init__.py", "version.py"], []),
-    # Shared modules: no torch_xla_ext imports but errors. _dtypes (the one dtype table) and
-    # _json (the one JSON encoding) are being added by another branch; their rows stand ready.
+    # Shared modules: no torch_xla_ext imports but errors. _dtypes (the one dtype table), _json
+    # (the one JSON encoding), _validation (pydantic validators) and _mlir_graph are being added
+    # by other branches; their rows stand ready.
     ("errors", ["errors.py"], []),
     ("_versions", ["_versions.py"], []),
     ("_dtypes", ["_dtypes.py"], []),
     ("_json", ["_json.py"], []),
+    ("_validation", ["_validation.py"], []),
     ("_html", ["_html.py"], []),
     ("_plot", ["_plot.py"], []),
     ("_device", ["_device.py"], ["errors"]),
@@ -31,13 +33,15 @@ TXE_PY_LAYERS = [
     ("_ext", [], ["errors"]),
     # The only code that touches torch_xla's and JAX's private APIs: not the extension.
     ("_compat", ["_compat/**/*.py"], ["_json", "errors"]),
+    # StableHLO -> the value graph (cc/graph) through jaxlib's MLIR, for export and parity.
+    ("_mlir_graph", ["_mlir_graph.py"], ["_compat"]),
     # Components.
     ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "errors"]),
     ("collectives", ["collectives.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
     ("jax_call", ["jax_call.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
-    ("export", ["export/**/*.py"], ["_compat", "_dtypes", "_ext", "_json", "_versions", "errors"]),
-    ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_ext", "_factory", "_html", "_json", "_plot", "_versions", "errors"]),
-    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_plot", "_versions", "errors", "numerics"]),
+    ("export", ["export/**/*.py"], ["_compat", "_dtypes", "_ext", "_json", "_mlir_graph", "_validation", "_versions", "errors"]),
+    ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_ext", "_factory", "_html", "_json", "_plot", "_validation", "_versions", "errors"]),
+    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_plot", "_validation", "_versions", "errors", "numerics"]),
     # Composition and the command line.
     ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
     ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "doctor", "errors", "export", "graph_breaks", "numerics", "parity"]),
