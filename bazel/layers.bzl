@@ -17,8 +17,8 @@ TXE_PY_LAYERS = [
     # The package itself: `import torch_xla_ext` imports only its version.
     ("package", ["__init__.py", "version.py"], []),
     # Shared modules: no torch_xla_ext imports but errors. _dtypes (the one dtype table), _json
-    # (the one JSON encoding), _validation (pydantic validators) and _mlir_graph are being added
-    # by other branches; their rows stand ready.
+    # (the one JSON encoding), _validation (pydantic validators) and _mlir_graph (below) are being
+    # added by other branches; their rows stand ready.
     ("errors", ["errors.py"], []),
     ("_versions", ["_versions.py"], []),
     ("_dtypes", ["_dtypes.py"], []),
