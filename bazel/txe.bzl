@@ -37,17 +37,85 @@ def txe_pybind_extension(name, srcs, hdrs = [], deps = [], **kwargs):
         **kwargs
     )
 
-def txe_py_test(name, src, size = "small", deps = [], data = [], args = [], tags = [], **kwargs):
+def txe_py_packages(layers, data = {}):
+    """One py_library per row of the layer table (//bazel:layers.bzl), named after the row, with
+    the row's sources and deps, plus `package` (torch_xla_ext/__init__.py) under every one, and
+    the aggregate library named after the package for what needs all of it (the CLI's users, the
+    docs, the wheel). `data` adds files to a row's library (the extension next to `_ext`)."""
+    names = []
+    for name, srcs, deps in layers:
+        native.py_library(
+            name = name,
+            srcs = native.glob(srcs) if srcs else [],
+            data = data.get(name, []),
+            deps = [":" + d for d in deps] + ([":package"] if name != "package" else []),
+            imports = [".."],
+            srcs_version = "PY3",
+            visibility = ["//visibility:public"],
+        )
+        names.append(name)
+    native.py_library(
+        name = native.package_name().split("/")[-1],
+        deps = [":" + n for n in names],
+        visibility = ["//visibility:public"],
+    )
+
+def txe_py_library(name, srcs = None, deps = [], **kwargs):
+    """A test helper module (`<name>.py` unless `srcs` says otherwise) that tests import as
+    `from tests.<component> import <name>`; `deps` names what it imports."""
+    native.py_library(
+        name = name,
+        srcs = srcs if srcs != None else [name + ".py"],
+        deps = deps,
+        srcs_version = "PY3",
+        **kwargs
+    )
+
+def txe_py_import_tests(layers):
+    """`<library>_import_test` for every row of the layer table: imports each module of the library
+    with only its row's deps in the runfiles (tests/layers/import_check.py), so a module-level
+    import the row does not declare fails in `bazel test //...`."""
+    for name, _, _ in layers:
+        native.py_test(
+            name = name + "_import_test",
+            srcs = ["import_check.py"],
+            main = "import_check.py",
+            args = [name],
+            data = ["//bazel:layers.bzl"],
+            deps = [
+                ":layer_table",
+                "//torch_xla_ext:" + name,
+            ],
+            size = "small",
+            tags = ["python"],
+            python_version = "PY3",
+            srcs_version = "PY3",
+        )
+
+def _quoted_k(k):
+    # Bazel splits `args` like a Bourne shell, so a -k expression with spaces must reach it as
+    # one quoted word ('a or b'); done here once rather than by hand in every BUILD file.
+    if "'" in k:
+        fail("txe_py_test: k = %r must not contain a single quote" % k)
+    return ["-k", "'%s'" % k]
+
+def txe_py_test(name, src, size = "small", deps = None, data = [], args = [], tags = [], k = None, **kwargs):
     """A pytest file run by Bazel with the venv interpreter; results land in Bazel's test.xml.
 
-    Tagged "python" so `--config=asan` (which cannot load an instrumented extension into the
-    uninstrumented interpreter) leaves it out."""
+    `deps` names the //torch_xla_ext libraries (and test helper libraries) the file imports: only
+    those are in its runfiles, so the test re-runs only when they change; without `deps` it gets
+    all of //torch_xla_ext (the safe side for a target written before the split). `k` is a pytest
+    -k expression ("resnet18 or vit"), passed as one argument. Tagged "python" so `--config=asan`
+    (which cannot load an instrumented extension into the uninstrumented interpreter) leaves it
+    out."""
+    if deps == None:
+        deps = ["//torch_xla_ext"]
     native.py_test(
         name = name,
         srcs = [src, "//bazel:pytest_main.py"],
         main = "//bazel:pytest_main.py",
-        args = ["$(location %s)" % src] + args,
-        deps = deps + ["//torch_xla_ext"],
+        args = ["$(location %s)" % src] + (_quoted_k(k) if k != None else []) + args,
+        deps = deps,
         data = data,
         size = size,
         tags = tags + ["python"],
@@ -55,6 +123,15 @@ def txe_py_test(name, src, size = "small", deps = [], data = [], args = [], tags
         srcs_version = "PY3",
         **kwargs
     )
+
+def txe_py_test_groups(src, groups, sizes = {}, **kwargs):
+    """One txe_py_test per entry of `groups` ({target name: pytest -k expression}) over the same
+    file, so Bazel runs the groups side by side; `sizes` overrides `size` per target."""
+    for name, k in groups.items():
+        args = dict(kwargs)
+        if name in sizes:
+            args["size"] = sizes[name]
+        txe_py_test(name = name, src = src, k = k, **args)
 
 def txe_cc_proto_library(name, srcs, deps = [], **kwargs):
     """C++ for `srcs` (.proto files named by their import paths relative to this package, e.g.

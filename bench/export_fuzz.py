@@ -24,13 +24,12 @@ import traceback
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests", "export"))
+sys.path.insert(0, ROOT)  # the repository root: the package and tests.export
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 
-import bundle_fuzz_strategies as S  # noqa: E402
+from tests.export import bundle_fuzz_strategies as S  # noqa: E402
 
 
 def main() -> int:

@@ -25,11 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import sys
 import time
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parity"))
 
 
 def extra_models() -> dict:
@@ -85,7 +81,7 @@ def build(name: str):
 
 
 def run(name: str, dtype: str, out, epsilons) -> None:
-    import planted
+    from tests.parity import planted
     from torch_xla_ext import parity
     from torch_xla_ext.parity import localization
 

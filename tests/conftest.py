@@ -6,6 +6,11 @@ environment variable JAX or torch_xla reads once, SPMD mode, the number of CPU d
 with a module-level ``OWN_PROCESS = "<why>"``, and this file runs it in a child pytest process
 instead of importing it next to the others; the child's result is one test here, with its output
 on failure. Bazel does not ship this file, so there such files simply run in their process.
+
+Imports are as under Bazel: the repository root is on sys.path (pyproject's pythonpath; Bazel's
+runfiles root), so tests import their helpers as ``from tests.<component> import <helper>`` (each
+helper a py_library in its BUILD), and ``python/`` is put on it here as //python:tool_venv's
+``imports`` does under Bazel.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _CHILD = "TXE_PYTEST_OWN_PROCESS"  # set in the child to the file it runs
 _DECLARES = re.compile(r"^OWN_PROCESS\s*=", re.MULTILINE)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.join(_ROOT, "python") not in sys.path:
+    sys.path.append(os.path.join(_ROOT, "python"))  # tool_venv
 OWN_PROCESS_TIMEOUT_S = 1800  # a whole test file; Bazel's own timeouts for the same files are shorter
 
 

@@ -5,15 +5,13 @@ import io
 import json
 import math
 import os
-import sys
 
 import PIL.Image
 import pytest
 
 from torch_xla_ext import doctor
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import doctor_cli  # noqa: E402
+from tests.doctor import doctor_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

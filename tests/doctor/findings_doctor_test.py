@@ -3,10 +3,8 @@ a finding, the other mode's figures and every other section stay, and the comman
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import doctor_cli  # noqa: E402
+from tests.doctor import doctor_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -4,13 +4,11 @@ never unpickles."""
 import json
 import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import models  # noqa: E402
+from tests.export import models
 
 from torch_xla_ext import export  # noqa: E402
 from torch_xla_ext.errors import TorchXlaExtError  # noqa: E402

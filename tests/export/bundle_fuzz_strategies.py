@@ -45,13 +45,10 @@ def make_seeds(root: str) -> dict[str, str]:
     the portable artifact, the one-all-reduce model, torch_xla's own save_as_stablehlo
     directory of the two-all-reduce model, and the mixed model (named user inputs and outputs, an
     int64 and a complex64 buffer, a Python constant). Needs torch/torch_xla (the loader does not)."""
-    import sys
-
     import torch
     from torch_xla import stablehlo as txla_stablehlo
 
-    sys.path.insert(0, os.path.dirname(__file__))
-    import models
+    from tests.export import models
 
     dirs = {name: os.path.join(root, name) for name in SEEDS}
     model, args = models.two_all_reduces()

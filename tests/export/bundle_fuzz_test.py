@@ -12,14 +12,12 @@ import faulthandler
 import json
 import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-sys.path.insert(0, os.path.dirname(__file__))
-import bundle_fuzz_strategies as S  # noqa: E402
+from tests.export import bundle_fuzz_strategies as S
 
 from torch_xla_ext import export  # noqa: E402
 

@@ -3,8 +3,6 @@ narrowed, with JAX's x64 mode off), int32, bool, complex64 buffers and outputs, 
 a Python float, keyword tensors, and a dict return value; through export -> save -> load -> run
 and to_jax, against torch_xla's execution of the same export and numpy's exact int64."""
 
-import os
-import sys
 
 import jax
 import jax.export
@@ -14,8 +12,7 @@ import torch
 
 from torch_xla_ext import export
 
-sys.path.insert(0, os.path.dirname(__file__))
-import bounds  # noqa: E402
+from tests.export import bounds
 from torch_xla_ext._compat import stablehlo as compat
 
 BIG = [2**40 + 7, -(2**35) - 3]

@@ -5,7 +5,6 @@ wrapper's scale and hook records, strip_tokens and inline_constants."""
 import dataclasses
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -14,9 +13,8 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 from torch_xla import stablehlo as txla_stablehlo
 
-sys.path.insert(0, os.path.dirname(__file__))
-import bounds  # noqa: E402
-import models  # noqa: E402
+from tests.export import bounds
+from tests.export import models
 
 from torch_xla_ext import collectives, export  # noqa: E402
 from torch_xla_ext._compat import stablehlo as compat  # noqa: E402

@@ -5,7 +5,6 @@ typed error naming the limit and the route. GPT-2 124M's peak memory is measured
 bench/to_jax_bench.py in a fresh process (too large for the suite)."""
 
 import os
-import sys
 
 import jax
 import numpy as np
@@ -16,8 +15,7 @@ from torch_xla_ext import export
 from torch_xla_ext._compat import stablehlo as compat
 from torch_xla_ext.export import transforms
 
-sys.path.insert(0, os.path.dirname(__file__))
-import bounds  # noqa: E402
+from tests.export import bounds
 
 
 class Mlp(torch.nn.Module):

@@ -7,15 +7,13 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
 
 import jax
 import jax.export
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import models  # noqa: E402
+from tests.export import models
 
 from torch_xla_ext import export  # noqa: E402
 from torch_xla_ext._compat import jax_export  # noqa: E402

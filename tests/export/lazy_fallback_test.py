@@ -23,8 +23,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-sys.path.insert(0, os.path.dirname(__file__))
-import lazy_fallback_checks as refused  # noqa: E402
+from tests.export import lazy_fallback_checks as refused
 
 from tests import zoo  # noqa: E402
 from torch_xla_ext import doctor, errors, export  # noqa: E402

@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
-sys.path.insert(0, os.path.dirname(__file__))
-import bounds  # noqa: E402
-import models  # noqa: E402
+from tests.export import bounds
+from tests.export import models
 
 from torch_xla_ext import export  # noqa: E402
 

@@ -21,8 +21,7 @@ import torch_xla
 import torch_xla.debug.metrics as met
 from torch_xla._internal import pjrt
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import models  # noqa: E402
+from tests.export import models
 
 N = int(os.environ["CPU_NUM_DEVICES"])
 INPUTS = np.load(sys.argv[1])

@@ -10,8 +10,7 @@ import textwrap
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
-import models  # noqa: E402
+from tests.export import models
 
 from torch_xla_ext import export  # noqa: E402
 from torch_xla_ext._compat import stablehlo as compat  # noqa: E402

@@ -6,8 +6,6 @@ model called with `labels` -- exported as a vector of per-token losses instead o
 The oracle is CPU eager PyTorch: each op's result and shape there.
 """
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -19,8 +17,7 @@ from torch_xla_ext import export
 from torch_xla_ext._compat import stablehlo as compat
 from torch_xla_ext.export import exporter
 
-sys.path.insert(0, os.path.dirname(__file__))
-import bounds  # noqa: E402  (JAX's XLA vs torch_xla's: the summation-order bound)
+from tests.export import bounds  # noqa: E402  (JAX's XLA vs torch_xla's: the summation-order bound)
 
 aten = torch.ops.aten
 

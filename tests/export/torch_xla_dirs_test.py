@@ -16,8 +16,7 @@ from torch_xla import stablehlo as shlo
 
 from torch_xla_ext import export  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
-import bounds  # noqa: E402  (JAX's XLA vs torch_xla's: the summation-order bound)
+from tests.export import bounds  # noqa: E402  (JAX's XLA vs torch_xla's: the summation-order bound)
 
 
 def _save(model, args, path, dynamic_shapes=None, options=None):

@@ -11,14 +11,12 @@ upstream race, not a property of ours: it is kept out of `bazel test //...` and 
 """
 
 import os
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import models  # noqa: E402
-from multi_replica_test import N, _torch_xla_replicas  # noqa: E402
+from tests.export import models
+from tests.export.multi_replica_test import N, _torch_xla_replicas
 
 pytestmark = pytest.mark.skipif(os.environ.get("TXE_MANUAL_TESTS") != "1",
                                 reason="manual: an upstream race (set TXE_MANUAL_TESTS=1)")

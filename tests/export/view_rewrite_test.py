@@ -5,9 +5,7 @@ program's views as reshapes: checked against eager PyTorch, shown to change noth
 is expressible, and to leave alone views an in-place op writes through."""
 
 import copy
-import os
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -18,8 +16,7 @@ from torch_xla_ext import export
 from torch_xla_ext._compat import stablehlo as compat
 from torch_xla_ext.export import exporter
 
-sys.path.insert(0, os.path.dirname(__file__))
-import bounds  # noqa: E402  (JAX's XLA vs torch_xla's: the summation-order bound)
+from tests.export import bounds  # noqa: E402  (JAX's XLA vs torch_xla's: the summation-order bound)
 
 
 class SdpaThenView(torch.nn.Module):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-import bounds
+from tests.export import bounds
 from tests import zoo
 from torch_xla_ext import export
 from torch_xla_ext._compat import stablehlo as compat

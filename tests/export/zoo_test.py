@@ -6,14 +6,11 @@ the typed error naming the guard, checked against torch.export's own report and 
 metrics (lazy_fallback_checks.py). Bazel runs it in groups of models (`-k`), one export per model
 per process."""
 
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import lazy_fallback_checks as refused  # noqa: E402
-import zoo_checks as checks  # noqa: E402
+from tests.export import lazy_fallback_checks as refused
+from tests.export import zoo_checks as checks
 
 from tests import zoo  # noqa: E402
 

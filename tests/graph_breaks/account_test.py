@@ -8,7 +8,6 @@ Each case uses its own layer width, so no case hits another's XLA compile cache.
 import inspect
 import json
 import os
-import sys
 
 import pytest
 import torch
@@ -20,8 +19,7 @@ from torch_xla_ext import errors
 from torch_xla_ext import graph_breaks as gb
 from torch_xla_ext._ext import graph_breaks as _core
 
-sys.path.insert(0, os.path.dirname(__file__))
-import oracles  # noqa: E402
+from tests.graph_breaks import oracles
 
 DEVICE = torch_xla.device()
 VARIANTS = {  # (print, data-dependent if, digamma)

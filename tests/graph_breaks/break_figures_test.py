@@ -9,7 +9,6 @@ Oracles: torch._dynamo.utils.counters["graph_break"], torch's structured trace
 import collections
 import logging
 import os
-import sys
 
 import pytest
 import torch
@@ -20,9 +19,8 @@ from torch._dynamo.utils import counters
 from torch_xla_ext import graph_breaks as gb
 from torch_xla_ext.graph_breaks.report import BREAK_FIGURES
 
-sys.path.insert(0, os.path.dirname(__file__))
-import oracles  # noqa: E402
-import on_xla  # noqa: E402
+from tests.graph_breaks import oracles
+from tests.graph_breaks import on_xla
 
 DEVICE = torch_xla.device()
 

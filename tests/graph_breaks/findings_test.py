@@ -6,8 +6,6 @@ training, and against the real upstream failure (the canary of the message text 
 
 import inspect
 import json
-import os
-import sys
 
 import pytest
 import torch
@@ -18,8 +16,7 @@ import torch_xla
 from torch_xla_ext import graph_breaks as gb
 from torch_xla_ext._compat import dynamo as _dynamo
 
-sys.path.insert(0, os.path.dirname(__file__))
-import factories  # noqa: E402
+from tests.graph_breaks import factories
 
 DEVICE = torch_xla.device()
 (ADAPTIVE_POOL,) = [k for k in _dynamo.KNOWN_FAILURES if k["aten_op"] == "aten::adaptive_avg_pool2d"]

@@ -2,8 +2,6 @@
 users serve: torch.no_grad()), each figure checked against Dynamo's counters, torch's structured
 trace, torch._dynamo.explain and torch_xla's metrics."""
 
-import os
-import sys
 
 import pytest
 import torch
@@ -14,9 +12,8 @@ import torch_xla.debug.metrics as met
 from tests import zoo
 from torch_xla_ext import graph_breaks as gb
 
-sys.path.insert(0, os.path.dirname(__file__))
-import oracles  # noqa: E402
-import on_xla  # noqa: E402
+from tests.graph_breaks import oracles
+from tests.graph_breaks import on_xla
 
 DEVICE = torch_xla.device()
 

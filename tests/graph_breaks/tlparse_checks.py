@@ -9,15 +9,11 @@
 """
 
 import json
-import os
 import subprocess
-import sys
+
+import tool_venv  # python/ (//python:tool_venv; tests/conftest.py under plain pytest)
 
 from torch_xla_ext.graph_breaks import tlparse as gb_tlparse
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-import tool_venv  # noqa: E402
 
 
 def tlparse_binary():

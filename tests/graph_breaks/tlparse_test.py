@@ -25,9 +25,8 @@ from torch_xla_ext.cli import main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-import tlparse_checks  # noqa: E402
-from tlparse_checks import check_tlparse_output, dynamo_compile_ids  # noqa: E402
+from tests.graph_breaks import tlparse_checks
+from tests.graph_breaks.tlparse_checks import check_tlparse_output, dynamo_compile_ids
 
 WORLD = 3
 DIVERGE = 1

@@ -15,8 +15,7 @@ from torch_xla_ext import graph_breaks as gb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-import tlparse_checks  # noqa: E402
+from tests.graph_breaks import tlparse_checks
 
 MODEL = "tests.zoo:bert"
 WARMUP, STEPS = 1, 1

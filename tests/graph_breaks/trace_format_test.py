@@ -14,7 +14,6 @@ per step)."""
 
 import json
 import os
-import sys
 
 import pytest
 import torch
@@ -22,8 +21,7 @@ import torch_xla
 
 from torch_xla_ext import graph_breaks as gb
 
-sys.path.insert(0, os.path.dirname(__file__))
-import oracles  # noqa: E402
+from tests.graph_breaks import oracles
 
 STEPS = 3
 _PH = {"X", "i", "M"}  # what write_trace emits: complete, instant and metadata events

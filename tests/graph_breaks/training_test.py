@@ -7,8 +7,6 @@ break artifacts), torch._dynamo.explain on the same step, and torch_xla's metric
 The BUILD file runs this file twice with -k (CNNs, language models) so Bazel can run both halves
 at once."""
 
-import os
-import sys
 
 import pytest
 import torch
@@ -19,8 +17,7 @@ import torch_xla.debug.metrics as met
 from tests import zoo
 from torch_xla_ext import graph_breaks as gb
 
-sys.path.insert(0, os.path.dirname(__file__))
-import oracles  # noqa: E402
+from tests.graph_breaks import oracles
 
 DEVICE = torch_xla.device()
 STEPS = 3

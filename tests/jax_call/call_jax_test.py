@@ -1,8 +1,6 @@
 """call_jax on real torch_xla (CPU) against the same function run in JAX: kept-parameter mapping,
 pytrees, statics and the cache, the C++ signature check, and the errors that name leaf paths."""
 
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,8 +10,7 @@ import pytest
 import torch
 import torch_xla
 
-sys.path.insert(0, os.path.dirname(__file__))
-from jax_reference import assert_bit_equal, run_in_jax  # noqa: E402
+from tests.jax_call.jax_reference import assert_bit_equal, run_in_jax
 
 from torch_xla_ext import jax_call  # noqa: E402
 from torch_xla_ext._ext import jax_call as _core  # noqa: E402

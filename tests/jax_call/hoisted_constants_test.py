@@ -7,7 +7,6 @@ is imported, so this file turns it on through the environment before the import:
 off does not hoist; call_jax_test.py covers that default.)"""
 
 import os
-import sys
 
 OWN_PROCESS = "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS must be set before jax is imported"
 os.environ["JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS"] = "true"
@@ -19,8 +18,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch_xla  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
-from jax_reference import assert_bit_equal, run_in_jax  # noqa: E402
+from tests.jax_call.jax_reference import assert_bit_equal, run_in_jax
 
 from torch_xla_ext import jax_call  # noqa: E402
 from torch_xla_ext._ext import jax_call as _core  # noqa: E402

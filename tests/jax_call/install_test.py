@@ -2,7 +2,6 @@
 ours, keeps torch_xla's signature (name, override_hash), and is restored exactly."""
 
 import importlib.util
-import os
 import sys
 
 import jax.numpy as jnp
@@ -11,8 +10,7 @@ import torch
 import torch_xla
 import torch_xla.core.xla_builder as xb
 
-sys.path.insert(0, os.path.dirname(__file__))
-from jax_reference import assert_bit_equal, run_in_jax  # noqa: E402
+from tests.jax_call.jax_reference import assert_bit_equal, run_in_jax
 
 from torch_xla_ext import jax_call  # noqa: E402
 

@@ -2,8 +2,6 @@
 views, all four dtypes), against torch.testing itself, on XLA tensors, and its errors."""
 
 import math
-import os
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -12,8 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-sys.path.insert(0, os.path.dirname(__file__))
-from reference import reference  # noqa: E402
+from tests.numerics.reference import reference
 
 from torch_xla_ext import numerics  # noqa: E402
 from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError  # noqa: E402

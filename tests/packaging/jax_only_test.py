@@ -33,9 +33,7 @@ from tests import zoo
 from tests.packaging.wheels import REPO, built_wheel, jax_tool_releases, pins
 from torch_xla_ext import collectives, export
 from torch_xla_ext._compat import stablehlo as compat
-
-sys.path.insert(0, str(REPO / "python"))
-import tool_venv  # noqa: E402
+import tool_venv  # python/ (//python:tool_venv; tests/conftest.py under plain pytest)
 
 # Tool venvs (python/tool_requirements/jax_*.txt): the pin and the newest jax the registry serves
 # for Python 3.11.

@@ -10,9 +10,8 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
 
-from capture_worker import PLANTED  # noqa: E402
+from tests.parity.capture_worker import PLANTED
 from torch_xla_ext import parity  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture_worker.py")

@@ -6,12 +6,9 @@
 
 import copy
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import torch  # noqa: E402
+import torch
 
 from tests import zoo  # noqa: E402
 

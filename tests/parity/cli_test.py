@@ -4,13 +4,10 @@ and compared, and argument errors naming the flag."""
 
 import json
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from torch_xla_ext.cli import main  # noqa: E402
+from torch_xla_ext.cli import main
 
 
 def test_embedded_example_bf16_explains_rounding(capsys, tmp_path):
@@ -25,20 +22,20 @@ def test_embedded_example_bf16_explains_rounding(capsys, tmp_path):
 
 
 def test_model_factory_with_keyword_inputs(capsys):
-    assert main(["parity", "--model", "factories:keyword", "--dtype", "fp32"]) == 0
+    assert main(["parity", "--model", "tests.parity.factories:keyword", "--dtype", "fp32"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Parity verdict: PASS (float32)") and "output ['y']" in out
 
 
 def test_scan_layers_form_exits_1_and_names_the_layer(capsys):
-    assert main(["parity", "--model", "factories:offset_stack", "--scan-layers", "--dtype", "fp32"]) == 1
+    assert main(["parity", "--model", "tests.parity.factories:offset_stack", "--scan-layers", "--dtype", "fp32"]) == 1
     out = capsys.readouterr().out
     assert "FAIL: layer 0 of 3 is the first divergent layer" in out
 
 
 def test_reference_localize_and_plot(capsys, tmp_path):
     plot = tmp_path / "modules.png"
-    code = main(["parity", "--model", "factories:mlp_perturbed", "--reference", "factories:mlp", "--localize",
+    code = main(["parity", "--model", "tests.parity.factories:mlp_perturbed", "--reference", "tests.parity.factories:mlp", "--localize",
                  "--plot", str(plot), "--dtype", "fp32"])
     assert code == 1
     out = capsys.readouterr().out
@@ -48,23 +45,23 @@ def test_reference_localize_and_plot(capsys, tmp_path):
 
 def test_capture_then_compare(capsys, tmp_path):
     path = tmp_path / "run.safetensors"
-    assert main(["parity", "--model", "factories:mlp_perturbed", "--capture", str(path)]) == 0
+    assert main(["parity", "--model", "tests.parity.factories:mlp_perturbed", "--capture", str(path)]) == 0
     assert path.exists()
-    assert main(["parity", "--model", "factories:mlp_perturbed", "--reference", "factories:mlp",
+    assert main(["parity", "--model", "tests.parity.factories:mlp_perturbed", "--reference", "tests.parity.factories:mlp",
                  "--compare-capture", str(path)]) == 1
     out = capsys.readouterr().out
     assert "first divergent module is 2" in out and "a capture holds no program" in out
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "factories"], "module:factory"),
+    (["--model", "tests.parity.factories"], "module:factory"),
     (["--model", "no_such_module_xyz:f"], "cannot import"),
-    (["--model", "factories:missing"], "no callable 'missing'"),
-    (["--model", "factories:not_a_model"], "must return"),
-    (["--model", "factories:linear", "--scan-layers"], "nn.ModuleList"),
+    (["--model", "tests.parity.factories:missing"], "no callable 'missing'"),
+    (["--model", "tests.parity.factories:not_a_model"], "must return"),
+    (["--model", "tests.parity.factories:linear", "--scan-layers"], "nn.ModuleList"),
     (["--scan-layers"], "needs --model"),
-    (["--model", "factories:linear", "--plot", "x.png"], "--plot: needs a per-module localisation"),
-    (["--model", "factories:linear", "--compare-capture", "/no/such/file"], "no such capture file"),
+    (["--model", "tests.parity.factories:linear", "--plot", "x.png"], "--plot: needs a per-module localisation"),
+    (["--model", "tests.parity.factories:linear", "--compare-capture", "/no/such/file"], "no such capture file"),
 ])
 def test_bad_arguments_are_errors_naming_the_flag(argv, message, capsys):
     assert main(["parity", *argv]) == 2
@@ -75,7 +72,7 @@ def test_bad_arguments_are_errors_naming_the_flag(argv, message, capsys):
 def test_explorer_prints_the_command_that_opens_it_and_markdown_html(capsys, tmp_path):
     d = tmp_path / "explorer dir"
     md, page = tmp_path / "r.md", tmp_path / "r.html"
-    main(["parity", "--model", "factories:mlp", "--explorer", str(d), "--markdown", str(md), "--html", str(page)])
+    main(["parity", "--model", "tests.parity.factories:mlp", "--explorer", str(d), "--markdown", str(md), "--html", str(page)])
     out = capsys.readouterr().out
     (cmd,) = [line for line in out.splitlines() if line.startswith("model-explorer ")]
     import shlex

@@ -12,9 +12,8 @@ import sys
 
 import torch_xla.runtime as xr
 
-sys.path.insert(0, os.path.dirname(__file__))
 
-import factories  # noqa: E402
+from tests.parity import factories
 
 from torch_xla_ext import parity  # noqa: E402
 

@@ -11,15 +11,12 @@ Five Bazel targets run it by model (``-k``), so each stays within a few minutes.
 """
 
 import copy
-import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
 
-import planted  # noqa: E402
+from tests.parity import planted
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
 

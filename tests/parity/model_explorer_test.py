@@ -16,7 +16,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -28,14 +27,10 @@ import torch
 from torch_xla_ext import parity
 from torch_xla_ext.parity import explorer
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(os.path.dirname(_HERE))
-sys.path[:0] = [_HERE, os.path.join(_ROOT, "python")]  # chromium_cdp; tool_venv (//python:tool_venv)
+import tool_venv  # python/ (//python:tool_venv; tests/conftest.py under plain pytest)
 
-import tool_venv  # noqa: E402
-from chromium_cdp import Browser  # noqa: E402
-
-from tests import zoo  # noqa: E402  (as the zoo tests import it)
+from tests import zoo
+from tests.parity.chromium_cdp import Browser
 
 
 def _free_port() -> int:

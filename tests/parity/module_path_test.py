@@ -17,7 +17,6 @@ OWN_PROCESS = "XLA_HLO_DEBUG must be set before torch_xla first lowers a graph, 
 
 import json  # noqa: E402
 import re  # noqa: E402
-import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -25,10 +24,7 @@ import torch  # noqa: E402
 
 from torch_xla_ext.parity import explorer, runners  # noqa: E402
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_HERE]
-
-from model_explorer_test import _Block, check_opens, convert, server  # noqa: E402,F401  (server: the fixture)
+from tests.parity.model_explorer_test import _Block, check_opens, convert, server  # noqa: E402,F401  (server: the fixture)
 
 from tests import zoo  # noqa: E402
 

@@ -3,18 +3,15 @@ localisation: a weight perturbed on the XLA side only is found at its nn.Module 
 shadow error of the untouched modules stays at CPU eager's rounding level."""
 
 import copy
-import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
 from torch_xla_ext.parity import localization  # noqa: E402
-from zoo_checks import bf16_case_fixture, check_report, independent_cpu_errors  # noqa: E402
+from tests.parity.zoo_checks import bf16_case_fixture, check_report, independent_cpu_errors
 
 NAMES = ("llama", "t5")
 

@@ -2,18 +2,15 @@
 BERT, CLIP): bf16 verdicts explained by fp64 figures with the rounded replay as close to fp64 as
 XLA; outputs named by pytree path; fp32 mismatches reported relative to the output's scale."""
 
-import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
 from torch_xla_ext.parity import explain  # noqa: E402
-from zoo_checks import bf16_case_fixture, check_report  # noqa: E402
+from tests.parity.zoo_checks import bf16_case_fixture, check_report
 
 NAMES = ("gpt2", "bert", "clip")
 

@@ -4,12 +4,9 @@ reduce-window, select-and-scatter, gather, while) runs and is as close to fp64 a
 bit-equality with XLA is a reported figure), and every output's
 cause follows from its fp64 figures (checked against an independent CPU fp64 run)."""
 
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
 
-from zoo_checks import bf16_case_fixture, check_report  # noqa: E402
+from tests.parity.zoo_checks import bf16_case_fixture, check_report
 
 NAMES = ("resnet18", "mobilenet_v3", "vit")
 

@@ -1,0 +1,48 @@
+"""The layers of the Python package: one py_library per package or shared module, lowest first.
+
+This table is the one copy of the rule. //torch_xla_ext:BUILD makes a `py_library` of each row
+(`txe_py_packages`), so a py_test's runfiles hold only the libraries it names and what they
+depend on: a module that imports a library its row does not list fails under Bazel. The layers
+test (//tests/layers) reads this file too (it is a Python literal as well as Starlark) and checks
+every import in torch_xla_ext/ against it, statically, including imports inside functions.
+
+A row: (library, sources as globs relative to torch_xla_ext/, libraries it may import). A
+library may import only libraries on earlier rows (a lower layer), and only those it names.
+Every library also gets "package" (torch_xla_ext/__init__.py). A new file inside a package lands
+in that package's library through its glob; a new small shared module (`torch_xla_ext/_x.py`)
+is one new row above its first user, plus its name in its users' rows.
+"""
+
+TXE_PY_LAYERS = [
+    # The package itself: `import torch_xla_ext` imports only its version.
+    ("package", ["__init__.py", "version.py"], []),
+    # Shared modules: no torch_xla_ext imports but errors. _dtypes (the one dtype table), _json
+    # (the one JSON encoding), _validation (pydantic validators) and _mlir_graph (below) are being
+    # added by other branches; their rows stand ready.
+    ("errors", ["errors.py"], []),
+    ("_versions", ["_versions.py"], []),
+    ("_dtypes", ["_dtypes.py"], []),
+    ("_json", ["_json.py"], []),
+    ("_validation", ["_validation.py"], []),
+    ("_html", ["_html.py"], []),
+    ("_plot", ["_plot.py"], []),
+    ("_device", ["_device.py"], ["errors"]),
+    ("_factory", ["_factory.py"], ["errors"]),
+    # The extension module and the shared libraries next to it (data of the py_library); its
+    # module init imports errors (C++ Status -> our exception classes).
+    ("_ext", [], ["errors"]),
+    # The only code that touches torch_xla's and JAX's private APIs: not the extension.
+    ("_compat", ["_compat/**/*.py"], ["_json", "errors"]),
+    # StableHLO -> the value graph (cc/graph) through jaxlib's MLIR, for export and parity.
+    ("_mlir_graph", ["_mlir_graph.py"], ["_compat"]),
+    # Components.
+    ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "errors"]),
+    ("collectives", ["collectives.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
+    ("jax_call", ["jax_call.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
+    ("export", ["export/**/*.py"], ["_compat", "_dtypes", "_ext", "_json", "_mlir_graph", "_validation", "_versions", "errors"]),
+    ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_ext", "_factory", "_html", "_json", "_plot", "_validation", "_versions", "errors"]),
+    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_plot", "_validation", "_versions", "errors", "numerics"]),
+    # Composition and the command line.
+    ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
+    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "doctor", "errors", "export", "graph_breaks", "numerics", "parity"]),
+]
