@@ -1,0 +1,83 @@
+"""Every docstring example (``>>>``) in the torch_xla_ext package runs and prints what it shows.
+
+One test per module that has examples, found from the sources (a new module is picked up without
+editing this file). Each module's examples run with :mod:`doctest` in this process (PJRT_DEVICE=CPU,
+an empty temporary working directory, so files an example writes land there); Bazel runs groups of
+modules as separate targets (tests/docs/BUILD). No option flags are on by default: an example
+whose figures vary by machine says so with ``# doctest: +ELLIPSIS`` or ``+NORMALIZE_WHITESPACE``.
+``# doctest: +SKIP`` is only for what a test cannot have, and the line says why, as a comment
+before the directive: ``>>> run_on_tpu()  # needs a TPU  # doctest: +SKIP``.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import os
+import re
+
+import pytest
+
+import torch_xla_ext
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+PACKAGE = os.path.dirname(os.path.abspath(torch_xla_ext.__file__))
+_PROMPT = re.compile(r"^\s*>>>", re.MULTILINE)
+# The reason is a comment before the directive on the same line.
+_SKIP_REASON = re.compile(r"#\s*(?!doctest:)\S.*#\s*doctest:[^\n]*\+SKIP")
+
+
+def _modules_with_examples() -> list[tuple[str, int]]:
+    """(module name, number of ``>>>`` lines in its source) for every package module that has one."""
+    out = []
+    for root, dirs, files in os.walk(PACKAGE):
+        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "csrc"))
+        for f in sorted(files):
+            if not f.endswith(".py") or f == "__main__.py":
+                continue
+            path = os.path.join(root, f)
+            with open(path, encoding="utf-8") as fh:
+                n = len(_PROMPT.findall(fh.read()))
+            if n:
+                rel = os.path.relpath(path, os.path.dirname(PACKAGE))[: -len(".py")]
+                name = rel.replace(os.sep, ".").removesuffix(".__init__")
+                out.append((name, n))
+    return out
+
+
+MODULES = _modules_with_examples()
+
+
+def _doctests(name: str) -> list[doctest.DocTest]:
+    module = importlib.import_module(name)
+    tests = doctest.DocTestFinder(exclude_empty=True).find(module, name)
+    return sorted((t for t in tests if t.examples), key=lambda t: t.lineno or 0)
+
+
+def test_the_package_has_examples():
+    # The finder below must see a fair share of the package; an empty list means a broken walk.
+    assert len(MODULES) >= 10, MODULES
+
+
+@pytest.mark.parametrize("name,prompts", MODULES, ids=[m for m, _ in MODULES])
+def test_examples(name, prompts, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tests = _doctests(name)
+    found = sum(len(t.examples) for t in tests)
+    # A `>>>` the finder does not reach (a string that is no docstring, a nested function's
+    # docstring) would never run: every prompt in the source must be a collected example.
+    assert found == prompts, (f"{name}: {prompts} `>>>` lines in the source but doctest collects "
+                              f"{found} examples; put examples in module, class or function docstrings")
+    unexplained = [f"{t.name} line {(t.lineno or 0) + ex.lineno + 1}: {ex.source.strip()}"
+                   for t in tests for ex in t.examples
+                   if ex.options.get(doctest.SKIP) and not _SKIP_REASON.search(ex.source)]
+    assert not unexplained, ("+SKIP without a reason (write it as a comment before the directive):\n"
+                             + "\n".join(unexplained))
+    failures: list[str] = []
+    runner = doctest.DocTestRunner(verbose=False)
+    for t in tests:
+        runner.run(t, out=failures.append)
+    if runner.failures:
+        pytest.fail(f"{runner.failures} of {runner.tries} examples of {name} failed:\n" + "".join(failures),
+                    pytrace=False)
