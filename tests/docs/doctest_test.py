@@ -63,6 +63,9 @@ def test_the_package_has_examples():
 @pytest.mark.parametrize("name,prompts", MODULES, ids=[m for m, _ in MODULES])
 def test_examples(name, prompts, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # Examples that start worker processes (graph_breaks.compare) need the package under test there.
+    pkg_parent = os.path.dirname(PACKAGE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH")) if p))
     tests = _doctests(name)
     found = sum(len(t.examples) for t in tests)
     # A `>>>` the finder does not reach (a string that is no docstring, a nested function's
@@ -77,7 +80,8 @@ def test_examples(name, prompts, tmp_path, monkeypatch):
     failures: list[str] = []
     runner = doctest.DocTestRunner(verbose=False)
     for t in tests:
-        runner.run(t, out=failures.append)
+        # clear_globs=False: Dynamo keeps entries in a compiled function's globals and removes them later.
+        runner.run(t, out=failures.append, clear_globs=False)
     if runner.failures:
         pytest.fail(f"{runner.failures} of {runner.tries} examples of {name} failed:\n" + "".join(failures),
                     pytrace=False)
