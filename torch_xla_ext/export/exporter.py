@@ -9,8 +9,8 @@ Example:
     ...         return input_ids * attention_mask
     >>> ids, mask = torch.ones(2, 3), torch.ones(2, 3)
     >>> b = export(Masked(), (ids,), {"attention_mask": mask})
-    >>> [i.name for i in b.manifest.inputs if i.kind == "user_input"]
-    ['input_ids', 'attention_mask']
+    >>> [i.name for i in b.manifest.inputs if i.kind == "user_input"]   # in main's argument order
+    ['attention_mask', 'input_ids']
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Example:
     >>> text = bundle.module_text
     >>> ctx, module = parse(text, "module.mlir")
     >>> argument_types(module, "module.mlir")
-    [([4], 'f32'), ([4, 4], 'f32'), ([2, 4], 'f32')]
+    [([4], 'float32'), ([4, 4], 'float32'), ([2, 4], 'float32')]
     >>> analyze_into(text, bundle.manifest, [], "module.mlir")   # fills kinds and collectives
     >>> [i.kind for i in bundle.manifest.inputs], bundle.manifest.collectives
     (['parameter', 'parameter', 'user_input'], [])
