@@ -23,13 +23,14 @@ import torch_xla_ext
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 PACKAGE = os.path.dirname(os.path.abspath(torch_xla_ext.__file__))
-_PROMPT = re.compile(r"^\s*>>>", re.MULTILINE)
+# A prompt line that is an example: doctest drops `>>>` lines holding only a comment.
+_PROMPT = re.compile(r"^[ \t]*>>>(?![ \t]*(#|$))", re.MULTILINE)
 # The reason is a comment before the directive on the same line.
 _SKIP_REASON = re.compile(r"#\s*(?!doctest:)\S.*#\s*doctest:[^\n]*\+SKIP")
 
 
 def _modules_with_examples() -> list[tuple[str, int]]:
-    """(module name, number of ``>>>`` lines in its source) for every package module that has one."""
+    """(module name, number of example ``>>>`` lines in its source) for every package module with one."""
     out = []
     for root, dirs, files in os.walk(PACKAGE):
         dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "csrc"))
