@@ -56,9 +56,35 @@ def _doctests(name: str) -> list[doctest.DocTest]:
     return sorted((t for t in tests if t.examples), key=lambda t: t.lineno or 0)
 
 
+def _unexplained_skips(tests: list[doctest.DocTest]) -> list[str]:
+    return [f"{t.name} line {(t.lineno or 0) + ex.lineno + 1}: {ex.source.strip()}"
+            for t in tests for ex in t.examples
+            if ex.options.get(doctest.SKIP) and not _SKIP_REASON.search(ex.source)]
+
+
+def _run(tests: list[doctest.DocTest]) -> tuple[int, int, str]:
+    """(failed, tried, doctest's report of the failures)."""
+    out: list[str] = []
+    runner = doctest.DocTestRunner(verbose=False)
+    for t in tests:
+        # clear_globs=False: Dynamo keeps entries in a compiled function's globals and removes them later.
+        runner.run(t, out=out.append, clear_globs=False)
+    return runner.failures, runner.tries, "".join(out)
+
+
 def test_the_package_has_examples():
     # The finder below must see a fair share of the package; an empty list means a broken walk.
     assert len(MODULES) >= 10, MODULES
+
+
+def test_the_checks_catch_a_wrong_output_and_an_unexplained_skip():
+    parse = doctest.DocTestParser().get_doctest
+    wrong = parse(">>> 1 + 1\n3\n", {}, "wrong", "wrong.py", 0)
+    assert _run([wrong])[:2] == (1, 1)
+    right = parse(">>> 1 + 1\n2\n>>> print('a  b')  # doctest: +NORMALIZE_WHITESPACE\na b\n", {}, "right", "right.py", 0)
+    assert _run([right])[:2] == (0, 2)
+    skips = parse(">>> tpu()  # doctest: +SKIP\n>>> tpu()  # needs a TPU  # doctest: +SKIP\n", {}, "skips", "skips.py", 0)
+    assert _unexplained_skips([skips]) == ["skips line 1: tpu()  # doctest: +SKIP"]
 
 
 @pytest.mark.parametrize("name,prompts", MODULES, ids=[m for m, _ in MODULES])
@@ -73,16 +99,9 @@ def test_examples(name, prompts, tmp_path, monkeypatch):
     # docstring) would never run: every prompt in the source must be a collected example.
     assert found == prompts, (f"{name}: {prompts} `>>>` lines in the source but doctest collects "
                               f"{found} examples; put examples in module, class or function docstrings")
-    unexplained = [f"{t.name} line {(t.lineno or 0) + ex.lineno + 1}: {ex.source.strip()}"
-                   for t in tests for ex in t.examples
-                   if ex.options.get(doctest.SKIP) and not _SKIP_REASON.search(ex.source)]
+    unexplained = _unexplained_skips(tests)
     assert not unexplained, ("+SKIP without a reason (write it as a comment before the directive):\n"
                              + "\n".join(unexplained))
-    failures: list[str] = []
-    runner = doctest.DocTestRunner(verbose=False)
-    for t in tests:
-        # clear_globs=False: Dynamo keeps entries in a compiled function's globals and removes them later.
-        runner.run(t, out=failures.append, clear_globs=False)
-    if runner.failures:
-        pytest.fail(f"{runner.failures} of {runner.tries} examples of {name} failed:\n" + "".join(failures),
-                    pytrace=False)
+    failed, tried, report = _run(tests)
+    if failed:
+        pytest.fail(f"{failed} of {tried} examples of {name} failed:\n{report}", pytrace=False)
