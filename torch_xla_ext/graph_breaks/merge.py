@@ -191,15 +191,18 @@ def merge(reports: Sequence[Any]) -> MergedReport:
 
     Example:
         >>> import dataclasses
-        >>> from torch_xla_ext.graph_breaks import compare
-        >>> cmp = compare("torch_xla_ext.graph_breaks:example", modes=("dynamo",), warmup=1, steps=1,
-        ...               isolation="in-process")
-        >>> r = cmp.modes["dynamo"].report
-        >>> merge([r, dataclasses.replace(r, rank=dict(r.rank, rank=1))]).differing_ranks   # the same work
+        >>> from torch_xla_ext.graph_breaks import compare, example_inputs, example_model
+        >>> def as_rank(r, rank):               # one process plays every rank here; RANK says it in a job
+        ...     return dataclasses.replace(r, rank=dict(r.rank, rank=rank))
+        >>> run = dict(modes=("dynamo",), warmup=1, steps=1, isolation="in-process")
+        >>> cmp0 = compare("torch_xla_ext.graph_breaks:example", **run)
+        >>> r0 = cmp0.modes["dynamo"].report
+        >>> merge([r0, as_rank(r0, 1)]).differing_ranks             # the same work
         []
-        >>> other = dataclasses.replace(r, rank=dict(r.rank, rank=1), fx_breaks=r.fx_breaks[:1])
-        >>> cmp1 = dataclasses.replace(cmp, modes={"dynamo": dataclasses.replace(cmp.modes["dynamo"], report=other)})
-        >>> merge([cmp, cmp1]).divergences[0]["mode"]   # compare() results merge mode by mode
+        >>> cmp1 = compare(lambda: (example_model(print_break=False), example_inputs()), **run)   # no print
+        >>> res1 = cmp1.modes["dynamo"]
+        >>> cmp1 = dataclasses.replace(cmp1, modes={"dynamo": dataclasses.replace(res1, report=as_rank(res1.report, 1))})
+        >>> merge([cmp0, cmp1]).divergences[0]["mode"]   # compare() results merge mode by mode
         'dynamo'
     """
     if isinstance(reports, (str, GraphBreakReport)) or not reports or not isinstance(reports, (list, tuple)):
