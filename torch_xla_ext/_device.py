@@ -5,7 +5,7 @@ report names :func:`current`.
 
 Example:
     >>> select("CPU")      # what `torch-xla-ext --device CPU ...` does, before torch_xla starts
-    >>> current()          # doctest: +SKIP
+    >>> current()
     'CPU'
 """
 

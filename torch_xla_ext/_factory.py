@@ -36,7 +36,8 @@ def resolve(spec: str, what: str = "--model", *, error: type[Exception] = Factor
     ``python -m``); the attribute may be dotted. Errors (of type ``error``) start with ``what``.
 
     Example:
-        >>> resolve("torch_xla_ext.doctor:example")   # doctest: +SKIP
+        >>> resolve("torch_xla_ext.graph_breaks:example").__name__
+        'example'
     """
     module_name, sep, attr = spec.partition(":") if isinstance(spec, str) else ("", "", "")
     if not sep or not module_name or not attr:
@@ -88,7 +89,9 @@ def load_model(spec: str, what: str = "--model", *, module_only: bool = True,
     """Resolves ``spec``, calls the factory and checks what it returns.
 
     Example:
-        >>> model, args, kwargs = load_model("tests.zoo:gpt2")   # doctest: +SKIP
+        >>> model, args, kwargs = load_model("torch_xla_ext.graph_breaks:example")
+        >>> type(model).__name__, [tuple(a.shape) for a in args], kwargs
+        ('ExampleModel', [(4, 16)], {})
     """
     return check_made(resolve(spec, what, error=error)(), spec, what, module_only=module_only, error=error)
 

@@ -7,9 +7,12 @@ so the doctor can list it in its report (:func:`take_skipped`).
 
 Example:
     >>> from torch_xla_ext import _plot
-    >>> plt, why = _plot.pyplot("numerics_ulp.png")
-    >>> if plt is None:
-    ...     print(why)                     # doctest: +SKIP
+    >>> plt, why = _plot.pyplot("numerics_ulp.png")   # matplotlib is pinned in the project's venv
+    >>> plt.__name__, why
+    ('matplotlib.pyplot', None)
+    >>> fig = plt.figure(); fig.savefig("numerics_ulp.png"); plt.close(fig)
+
+Without matplotlib ``plt`` is None and ``why`` is the sentence naming the plot and the extra.
 """
 
 from __future__ import annotations

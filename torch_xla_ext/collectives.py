@@ -3,9 +3,15 @@ at world size 1 too, and records every call through the C++ hook API (cc/collect
 the call a torch_xla fork makes from its own all-reduce lowering.
 
 Example:
+    >>> import torch, torch_xla
     >>> from torch_xla_ext import collectives
-    >>> y = collectives.all_reduce("sum", grad, scale=1.0 / world)   # traced by torch.export too
-    >>> collectives.recorded_calls()[-1]["requested_scale"]
+    >>> grad = torch.full((4,), 6.0, device="xla")
+    >>> start = collectives.next_sequence()
+    >>> y = collectives.all_reduce("sum", grad, scale=0.5)   # traced by torch.export too
+    >>> y.cpu().tolist()                   # one replica: the sum is grad itself, then the scale
+    [3.0, 3.0, 3.0, 3.0]
+    >>> [(c["requested_scale"], c["applied_scale"], c["lowering"]) for c in collectives.recorded_calls(start)]
+    [(0.5, 0.5, 'all_reduce+multiply')]
 
 torch_xla 2.9's ``xm.all_reduce`` returns a clone and drops ``scale`` at world size 1, and with
 scale != 1 takes torch_xla's private ``_xla_all_reduce`` binding, which torch.export cannot
@@ -59,7 +65,13 @@ def all_reduce(reduce_type: str, tensor: Any, *, scale: float = 1.0,
     grouped lowering (runs eagerly, does not export, as in torch_xla 2.9).
 
     Example:
-        >>> y = all_reduce("sum", x, scale=0.5)   # exports as all_reduce then multiply by 0.5
+        >>> import torch, torch_xla
+        >>> class Mean(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return all_reduce("sum", x, scale=0.5)
+        >>> ep = torch.export.export(Mean(), (torch.ones(4),))   # all_reduce, then multiply by 0.5
+        >>> [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+        ['_c10d_functional.all_reduce.default', 'aten.mul.Tensor']
     """
     import torch
 

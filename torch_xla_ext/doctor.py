@@ -9,8 +9,13 @@ bundle.
 
 Example:
     >>> from torch_xla_ext import doctor
-    >>> report = doctor.run("doctor-report")            # doctest: +SKIP
-    >>> print(report.summary())                          # doctest: +SKIP
+    >>> model, (x,) = doctor.example()                   # the embedded block and its input
+    >>> type(model).__name__, tuple(x.shape)
+    ('DoctorBlock', (2, 8, 32))
+    >>> report = doctor.run("doctor-report")  # minutes on 2 cores; tests/doctor and docs/doctor.md run it  # doctest: +SKIP
+    >>> print(report.summary())               # the run above is skipped here  # doctest: +SKIP
+    torch-xla-ext doctor: embedded example (DoctorBlock: attention + MLP, call_jax gate, print, digamma, all_reduce)
+      ok  parity        fp32 PASS (reassociation), bf16 FAIL (rounding placement); ...
 """
 
 from __future__ import annotations

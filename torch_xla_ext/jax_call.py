@@ -14,7 +14,14 @@ Example:
     >>> def f(a, unused, scale):
     ...     return {"y": jnp.sin(a) * scale}
     >>> out = jax_call.call_jax(f, (x, x, 2.0))      # `unused` is not an HLO parameter
-    >>> print(jax_call.explain(f, (x, x, 2.0)))      # path, kind, kept, hlo_param, shape, dtype
+    >>> [round(v, 4) for v in out["y"].cpu().tolist()]   # 2 sin(1)
+    [1.6829, 1.6829, 1.6829]
+    >>> print(jax_call.explain(f, (x, x, 2.0)))
+    path     kind    kept  hlo_param  shape  dtype
+    args[0]  tensor  yes   0          (3,)   float32
+    args[1]  tensor  no    -          (3,)   float32
+    args[2]  static  -     -          -      = 2.0
+    HLO module 'jit_f': 1 parameters (0 hoisted constants, 1 kept leaves); outputs: f32[3]
 
 Non-tensor leaves (Python scalars, strings, dtypes) are static: they are baked into the lowered
 module and are part of the cache key, with the function's identity, the pytree structure, the
@@ -407,7 +414,11 @@ def call_jax(jax_fn: Callable, args: tuple, kwargs: dict | None = None, *, name:
     Under ``torch.compile`` the call is a graph break (Dynamo cannot trace JAX).
 
     Example:
+        >>> import torch, torch_xla
+        >>> x, w = torch.ones(2, 3, device="xla"), torch.eye(3, device="xla")
         >>> y = call_jax(lambda a, b: a @ b, (x, w))
+        >>> y.device.type, y.cpu().tolist()
+        ('xla', [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
     """
     entry, leaves = _get_entry(jax_fn, _identity(jax_fn), args, kwargs, name, require_xla=True)
     return _run(entry, leaves)
@@ -419,6 +430,8 @@ def explain(jax_fn: Callable, args: tuple, kwargs: dict | None = None) -> ParamM
     Tensor leaves may be torch tensors on any device or ``jax.ShapeDtypeStruct``s.
 
     Example:
+        >>> import torch
+        >>> x = torch.ones(3)                       # any device: explain only lowers
         >>> m = explain(lambda a, b: a * 2, (x, x))
         >>> m.row("args[1]").kept, m.num_hlo_params
         (False, 1)
@@ -466,8 +479,15 @@ def install() -> None:
     without flax/torchax. Opt-in; undo with :func:`uninstall`.
 
     Example:
-        >>> jax_call.install()
-        >>> xs.shard_as(a, b)          # torch_xla's own code path, now through our call_jax
+        >>> import jax.numpy as jnp, torch, torch_xla
+        >>> from torch_xla.core import xla_builder
+        >>> install()                   # xs.shard_as and friends now take this path too
+        >>> before = cache_info().lowerings
+        >>> y = xla_builder.call_jax(jnp.cos, (torch.zeros(2, device="xla"),))   # no flax needed
+        >>> y.cpu().tolist(), cache_info().lowerings - before
+        ([1.0, 1.0], 1)
+        >>> uninstall(); is_installed()
+        False
     """
     _xb.install_call_jax(_installed_call_jax, _cached_signatures, clear_cache)
 

@@ -659,8 +659,15 @@ def describe_failure(exc: BaseException) -> dict[str, Any]:
     ``run_node(n)``, the operator being called), not from the message text.
 
     Example:
-        >>> describe_failure(e)["aten_op"]           # doctest: +SKIP
-        'aten::adaptive_avg_pool2d'
+        >>> import torch, torch_xla
+        >>> def pool(x):
+        ...     return torch.nn.functional.adaptive_avg_pool2d(x.contiguous(memory_format=torch.channels_last), 1)
+        >>> try:
+        ...     torch.compile(pool, backend="openxla")(torch.randn(1, 8, 4, 4, device="xla"))
+        ... except Exception as e:
+        ...     f = describe_failure(e)
+        >>> f["aten_op"], f["layer"], f["known"]["aten_op"]
+        ('aten::adaptive_avg_pool2d', 'torch_xla', 'aten::adaptive_avg_pool2d')
     """
     chain = _chain(exc)
     inner = chain[-1]

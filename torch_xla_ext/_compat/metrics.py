@@ -9,10 +9,15 @@ node while it looks for fallback ops — so a plain before/after diff can go neg
 cleared inside the window.
 
 Example:
+    >>> import torch, torch_xla
     >>> from torch_xla_ext._compat import metrics
+    >>> x = torch.ones(2, 3, device="xla")
     >>> with metrics.CounterWindow() as w:
-    ...     run_step()
-    >>> w.delta().counters.get("UncachedCompile", 0)
+    ...     for _ in range(2):
+    ...         y = (x * 3 + 1).cpu()      # one graph, run twice: compiled, then found in the cache
+    >>> c = w.delta().counters
+    >>> c.get("UncachedCompile", 0) + c.get("CachedCompile", 0), c["ExecuteComputation"], c["xla::mul"]
+    (2, 2, 2)
 """
 
 from __future__ import annotations

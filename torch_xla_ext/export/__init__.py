@@ -4,11 +4,15 @@ token, scale), what every output is called, a bundle format that loads without p
 that needs no torch, and the program as a `jax.export.Exported`.
 
 Example:
+    >>> import torch
     >>> from torch_xla_ext import export
+    >>> model, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
     >>> bundle = export.export(model, (x,))            # torch.export + torch_xla's exporter
-    >>> [i.kind for i in bundle.manifest.inputs]
-    ['collective_token', 'parameter', 'parameter', 'user_input']
-    >>> bundle.save("/tmp/m"); outs = export.run("/tmp/m", x.numpy())
+    >>> [(i.kind, i.name) for i in bundle.manifest.inputs]
+    [('parameter', 'bias'), ('parameter', 'weight'), ('user_input', 'input')]
+    >>> bundle.save("m"); (out,) = export.run("m", x.numpy())     # the run needs JAX, not torch
+    >>> bool(abs(out - model(x).detach().numpy()).max() < 1e-5)   # CPU eager, up to summation order
+    True
 
 One module per job: `manifest` (the calling convention and its validation, the dtype table),
 `bundle` (save/load, untrusted-input hardening), `graph` (main's value graph for the C++

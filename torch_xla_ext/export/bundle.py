@@ -3,8 +3,14 @@ torch_xla's `save_as_stablehlo` directories, treating both as untrusted input (n
 checks .npy headers before reading data, validates every manifest field against `main`).
 
 Example:
-    >>> bundle.save("/tmp/exported")
-    >>> bundle = load("/tmp/exported")
+    >>> import torch
+    >>> from torch_xla_ext import export
+    >>> x = torch.randn(2, 4)
+    >>> bundle = export.export(torch.nn.Linear(4, 4), (x,))
+    >>> bundle.save("exported")
+    >>> again = load("exported")
+    >>> again.manifest.table() == bundle.manifest.table(), sorted(again.arrays) == sorted(bundle.arrays)
+    (True, True)
 """
 
 from __future__ import annotations

@@ -3,9 +3,14 @@ torch.export's graph signature and the C++ analysis, user inputs named by argume
 inputs by their keyword), outputs named by their pytree path in the model's return value.
 
 Example:
-    >>> b = export(model, (input_ids,), {"attention_mask": mask})
-    >>> [i.name for i in b.manifest.inputs if i.kind == "user_input"]
-    ['input_ids', 'attention_mask']
+    >>> import torch
+    >>> class Masked(torch.nn.Module):
+    ...     def forward(self, input_ids, attention_mask=None):
+    ...         return input_ids * attention_mask
+    >>> ids, mask = torch.ones(2, 3), torch.ones(2, 3)
+    >>> b = export(Masked(), (ids,), {"attention_mask": mask})
+    >>> [i.name for i in b.manifest.inputs if i.kind == "user_input"]   # in main's argument order
+    ['attention_mask', 'input_ids']
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     that order.
 
     Example:
+        >>> import torch
         >>> b = export(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
         >>> [i.kind for i in b.manifest.inputs]
         ['parameter', 'parameter', 'user_input']

@@ -3,8 +3,17 @@ JAX's MLIR bindings, checked (depth, dialects, static shapes), walked into (valu
 into input kinds and collectives.
 
 Example:
+    >>> import torch
+    >>> from torch_xla_ext import export
+    >>> x = torch.randn(2, 4)
+    >>> bundle = export.export(torch.nn.Linear(4, 4), (x,))
+    >>> text = bundle.module_text
     >>> ctx, module = parse(text, "module.mlir")
-    >>> analyze_into(text, manifest, recorded_calls, "module.mlir")   # fills kinds and collectives
+    >>> argument_types(module, "module.mlir")
+    [([4], 'float32'), ([4, 4], 'float32'), ([2, 4], 'float32')]
+    >>> analyze_into(text, bundle.manifest, [], "module.mlir")   # fills kinds and collectives
+    >>> [i.kind for i in bundle.manifest.inputs], bundle.manifest.collectives
+    (['parameter', 'parameter', 'user_input'], [])
 """
 
 from __future__ import annotations

@@ -12,7 +12,17 @@ a trace is never exported: an ExportLoweringError names the nn.Module path and s
 torch.export's data-dependent guard and every place torch_xla's trace was cut.
 
 Example:
-    >>> b = export(moe_free_model, (x,))        # torch.export fails on it; torch_xla traces it whole
+    >>> import torch
+    >>> from torch_xla_ext.export import export
+    >>> class Note:                             # not a pytree type: torch.export refuses to return it
+    ...     pass
+    >>> class WithNote(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.lin = torch.nn.Linear(4, 4)
+    ...     def forward(self, x):
+    ...         return self.lin(x), Note()
+    >>> b = export(WithNote(), (torch.randn(2, 4),))   # torch.export fails on it; torch_xla traces it whole
     >>> b.manifest.traced_by
     'torch_xla lazy trace'
 """

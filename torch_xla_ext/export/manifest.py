@@ -3,8 +3,18 @@ does, what every output is called) and its validation as untrusted input; and th
 of the export component (MLIR element type <-> numpy dtype name <-> torch's name).
 
 Example:
-    >>> m = Manifest.from_dict(json.load(open("bundle/manifest.json")))   # validates every field
-    >>> print(m.table())
+    >>> import json, torch
+    >>> from torch_xla_ext import export
+    >>> export.export(torch.nn.Linear(4, 4), (torch.randn(2, 4),)).save("bundle")
+    >>> with open("bundle/manifest.json") as f:
+    ...     m = Manifest.from_dict(json.load(f))          # validates every field
+    >>> for line in m.table().splitlines()[:5]:   # the inputs; then outputs and collectives
+    ...     print(line)                           # doctest: +NORMALIZE_WHITESPACE
+    #  kind        shape  dtype    name/position/value
+    -  ----------  -----  -------  -------------------
+    0  parameter   4      float32  bias
+    1  parameter   4x4    float32  weight
+    2  user_input  2x4    float32  input (position 0)
 """
 
 from __future__ import annotations

@@ -4,8 +4,15 @@ process), so it neither reads nor changes the process's JAX configuration: int64
 keep their dtype with ``jax_enable_x64`` off, and ``num_replicas`` may change from call to call.
 
 Example:
-    >>> run(bundle, x)                                  # [out0, ...]
-    >>> run(bundle, (x0,), (x1,), num_replicas=2)       # [[replica 0's outputs], [replica 1's]]
+    >>> import torch
+    >>> from torch_xla_ext import export
+    >>> x = torch.randn(2, 4)
+    >>> bundle = export.export(torch.nn.Linear(4, 4), (x,))
+    >>> [o.shape for o in run(bundle, x.numpy())]                     # [out0, ...]
+    [(2, 4)]
+    >>> r0, r1 = run(bundle, (x.numpy(),), (x.numpy(),), num_replicas=2)   # [[replica 0's], [replica 1's]]
+    >>> bool((r0[0] == r1[0]).all())
+    True
 """
 
 from __future__ import annotations
@@ -100,8 +107,14 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
     devices. Any N works at any time in a process (each N gets its own CPU client).
 
     Example:
-        >>> run(bundle, x)                                  # [out0, ...]
-        >>> run(bundle, (x0,), (x1,), num_replicas=2)        # [[out0 on replica 0], [... 1]]
+        >>> import torch
+        >>> from torch_xla_ext import export
+        >>> x = torch.randn(2, 4)
+        >>> bundle = export.export(torch.nn.Linear(4, 4), (x,))
+        >>> [o.dtype for o in run(bundle, x.numpy())]                     # [out0, ...]
+        [dtype('float32')]
+        >>> [len(r) for r in run(bundle, (x.numpy(),), (x.numpy(),), num_replicas=2)]   # [[out0 on replica 0], [... 1]]
+        [1, 1]
     """
     from torch_xla_ext._compat import jax_mlir
 

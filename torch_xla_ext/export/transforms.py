@@ -5,8 +5,16 @@ with its weights kept as arrays bound to its leading arguments (a `JaxExport`; s
 versioned format plus a safetensors file, read back with `load_jax`).
 
 Example:
+    >>> import torch
+    >>> from torch_xla_ext import export
+    >>> x = torch.randn(2, 4)
+    >>> bundle = export.export(torch.nn.Linear(4, 4), (x,))
     >>> lean = inline_constants(strip_tokens(bundle), weights=True)   # main takes user inputs only
-    >>> exp = to_jax(bundle); exp.save("/tmp/m.jax"); (y,) = load_jax("/tmp/m.jax").call(x)
+    >>> [i.kind for i in lean.manifest.inputs]
+    ['user_input']
+    >>> exp = to_jax(bundle); exp.save("m.jax"); (y,) = load_jax("m.jax").call(x.numpy())
+    >>> y.shape
+    (2, 4)
 """
 
 from __future__ import annotations
@@ -134,9 +142,16 @@ class JaxExport:
     format) and ``weights.safetensors`` next to it; :func:`load_jax` reads them back.
 
     Example:
-        >>> exp = to_jax(bundle); exp.save("/tmp/m.jax")
-        >>> (logits,) = load_jax("/tmp/m.jax").call(x)
-        >>> jax.jit(exp.exported.call)(*exp.weights, x)   # inside jit: weights as arguments
+        >>> import torch
+        >>> from torch_xla_ext import export
+        >>> x = torch.randn(2, 4)
+        >>> bundle = export.export(torch.nn.Linear(4, 4), (x,))
+        >>> exp = to_jax(bundle); exp.save("m.jax")
+        >>> (logits,) = load_jax("m.jax").call(x.numpy())
+        >>> import jax
+        >>> (again,) = jax.jit(exp.exported.call)(*exp.weights, x.numpy())   # inside jit: weights as arguments
+        >>> bool((again == logits).all()), exp.weight_names
+        (True, ('bias', 'weight'))
     """
 
     exported: Any
@@ -249,9 +264,15 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
     inputs need JAX's x64 mode, as for any JAX function taking int64.
 
     Example:
+        >>> import torch
+        >>> from torch_xla_ext import export
+        >>> x = torch.randn(2, 4)
+        >>> bundle = export.export(torch.nn.Linear(4, 4), (x,))
         >>> exp = to_jax(bundle)
-        >>> exp.save("/tmp/m.jax"); again = load_jax("/tmp/m.jax")
-        >>> (logits,) = again.call(x)
+        >>> exp.save("m.jax"); again = load_jax("m.jax")
+        >>> (logits,) = again.call(x.numpy())
+        >>> logits.shape, str(logits.dtype)
+        ((2, 4), 'float32')
     """
     import jax
     import jax.export  # a submodule `import jax` does not load

@@ -17,11 +17,20 @@ dynamo, each in a fresh process; and ``merge()`` of the per-rank reports (or per
 comparisons) of a multi-process job, naming the ranks that differ.
 
 Example:
+    >>> import torch, torch_xla
     >>> from torch_xla_ext import graph_breaks
+    >>> def f(x):
+    ...     x = torch.sin(x)
+    ...     torch._dynamo.graph_break()               # one break: two graphs
+    ...     return torch.cos(x)
     >>> with graph_breaks.account() as ledger:
-    ...     loss = compiled_step(x); ledger.step()
+    ...     y = torch.compile(f, backend="openxla")(torch.ones(3, device="xla")); torch_xla.sync()
     >>> report = ledger.report()
-    >>> print(report.to_markdown()); graph_breaks.write_html("breaks.html", report)
+    >>> report.fx_graphs, report.num_counted_breaks, report.xla_partitions
+    (2, 1, 2)
+    >>> print(report.to_markdown().splitlines()[0]); graph_breaks.write_html("breaks.html", report)
+    ### Graph-break report (rank 0)
+    'breaks.html'
 
 The counts go through the C++ ledger (``cc/graph_breaks``), the same one a torch_xla fork's
 lowering writes to through ``cc/graph_breaks/hooks.h``; events from those hooks inside the region

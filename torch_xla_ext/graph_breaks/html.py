@@ -9,7 +9,16 @@ filter for the breaks table) are inline. The pages are Jinja2 templates rendered
 (the environment of ``torch_xla_ext/_html.py``): nothing a report holds becomes markup.
 
 Example:
-    >>> write_html("breaks.html", ledger.report())
+    >>> import torch, torch_xla
+    >>> from torch_xla_ext import graph_breaks
+    >>> def f(x):
+    ...     x = torch.sin(x)
+    ...     torch._dynamo.graph_break()               # one break: two graphs
+    ...     return torch.cos(x)
+    >>> with graph_breaks.account() as ledger:
+    ...     y = torch.compile(f, backend="openxla")(torch.ones(3, device="xla")); torch_xla.sync()
+    >>> graph_breaks.write_html("breaks.html", ledger.report())
+    'breaks.html'
 """
 
 from __future__ import annotations
@@ -272,7 +281,16 @@ def write_html(path: str, report: GraphBreakReport, title: str = "torch_xla grap
     """Writes one region's report as a self-contained HTML page; returns ``path``.
 
     Example:
+        >>> import torch, torch_xla
+        >>> from torch_xla_ext import graph_breaks
+        >>> def f(x):
+        ...     x = torch.sin(x)
+        ...     torch._dynamo.graph_break()               # one break: two graphs
+        ...     return torch.cos(x)
+        >>> with graph_breaks.account() as ledger:
+        ...     y = torch.compile(f, backend="openxla")(torch.ones(3, device="xla")); torch_xla.sync()
         >>> write_html("breaks.html", ledger.report())
+        'breaks.html'
     """
     if not isinstance(report, GraphBreakReport):
         raise GraphBreakError(f"write_html: report must be a GraphBreakReport, got {type(report).__name__}")

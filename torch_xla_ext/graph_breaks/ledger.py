@@ -7,10 +7,14 @@ as deltas over the region (``_compat.metrics.CounterWindow``), which survives th
 clears.
 
 Example:
+    >>> import torch, torch_xla
+    >>> step = torch.compile(lambda x: torch.sin(x) * 2, backend="openxla")
     >>> with account() as ledger:
-    ...     for x in batches:
-    ...         step(x); ledger.step()
-    >>> print(ledger.report().to_markdown())
+    ...     for x in torch.ones(3, 4, device="xla"):
+    ...         y = step(x); torch_xla.sync(); ledger.step()
+    >>> report = ledger.report()
+    >>> report.steps, report.fx_graphs
+    (3, 1)
 """
 
 from __future__ import annotations
@@ -438,7 +442,9 @@ def account(ring_capacity: int = 4096, torch_trace: bool | None = None) -> Graph
     no process group, the trace file is named by rank (``tlparse --all-ranks-html``).
 
     Example:
-        >>> with graph_breaks.account() as ledger:
+        >>> import torch, torch_xla
+        >>> model, x = torch.nn.Linear(4, 4).to("xla"), torch.ones(2, 4, device="xla")
+        >>> with account() as ledger:
         ...     y = torch.compile(model, backend="openxla")(x); torch_xla.sync()
         >>> ledger.report().fx_graphs
         1

@@ -10,10 +10,27 @@ takes a graph break the others do not is the rank the others wait for at the nex
 recompile across ranks and names the ranks that differ.
 
 Example:
+    >>> import dataclasses, torch, torch_xla
+    >>> from torch_xla_ext import graph_breaks
+    >>> def region(fn):
+    ...     with graph_breaks.account() as ledger:
+    ...         y = torch.compile(fn, backend="openxla")(torch.ones(3, device="xla")); torch_xla.sync()
+    ...     return ledger.report()
+    >>> def f(x):
+    ...     return torch.cos(torch.sin(x))
+    >>> def g(x):                                    # what rank 2 runs: one graph break more
+    ...     x = torch.sin(x)
+    ...     torch._dynamo.graph_break()
+    ...     return torch.cos(x)
+    >>> same, odd = region(f), region(g)
+    >>> for rank, r in enumerate([same, same, odd]):  # what each rank's process would save
+    ...     path = dataclasses.replace(r, rank=dict(r.rank, rank=rank)).save(f"gb-rank{rank}.json")
     >>> merged = merge(["gb-rank0.json", "gb-rank1.json", "gb-rank2.json"])
     >>> merged.differing_ranks
     [2]
-    >>> print(merged.to_markdown()); merged.write_html("ranks.html")
+    >>> print(merged.to_markdown().splitlines()[0]); merged.write_html("ranks.html")
+    ### Graph breaks across 3 ranks
+    'ranks.html'
 """
 
 from __future__ import annotations
@@ -173,9 +190,19 @@ def merge(reports: Sequence[Any]) -> MergedReport:
     Comparison objects — whose modes are merged mode by mode. One kind per merge.
 
     Example:
-        >>> merge(["gb-rank0.json", "gb-rank1.json"]).differing_ranks
+        >>> import dataclasses
+        >>> from torch_xla_ext.graph_breaks import compare, example_inputs, example_model
+        >>> def as_rank(r, rank):               # one process plays every rank here; RANK says it in a job
+        ...     return dataclasses.replace(r, rank=dict(r.rank, rank=rank))
+        >>> run = dict(modes=("dynamo",), warmup=1, steps=1, isolation="in-process")
+        >>> cmp0 = compare("torch_xla_ext.graph_breaks:example", **run)
+        >>> r0 = cmp0.modes["dynamo"].report
+        >>> merge([r0, as_rank(r0, 1)]).differing_ranks             # the same work
         []
-        >>> merge(["cmp-rank0.json", "cmp-rank1.json"]).divergences[0]["mode"]
+        >>> cmp1 = compare(lambda: (example_model(print_break=False), example_inputs()), **run)   # no print
+        >>> res1 = cmp1.modes["dynamo"]
+        >>> cmp1 = dataclasses.replace(cmp1, modes={"dynamo": dataclasses.replace(res1, report=as_rank(res1.report, 1))})
+        >>> merge([cmp0, cmp1]).divergences[0]["mode"]   # compare() results merge mode by mode
         'dynamo'
     """
     if isinstance(reports, (str, GraphBreakReport)) or not reports or not isinstance(reports, (list, tuple)):

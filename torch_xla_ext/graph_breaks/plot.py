@@ -1,7 +1,10 @@
 """A PNG of a comparison: breaks, partitions, compiles and ms/step per mode, side by side.
 
 Example:
-    >>> plot_comparison(cmp, "breaks.png")
+    >>> from torch_xla_ext.graph_breaks import compare
+    >>> cmp = compare("torch_xla_ext.graph_breaks:example", warmup=1, steps=1, isolation="in-process")
+    >>> plot_comparison(cmp, "breaks.png")            # matplotlib is pinned in the project's venv
+    'breaks.png'
 """
 
 from __future__ import annotations

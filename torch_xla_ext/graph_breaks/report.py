@@ -16,10 +16,21 @@ partitions and fallback nodes -> XLA graph hashes -> compile time -> executions 
 the region marked steps).
 
 Example:
+    >>> import torch, torch_xla
+    >>> from torch_xla_ext import graph_breaks
+    >>> lin = torch.nn.Linear(4, 4).to("xla")
+    >>> def step(x):
+    ...     h = lin(x).relu()
+    ...     torch._dynamo.graph_break()
+    ...     return lin(h).sum()
+    >>> with graph_breaks.account() as ledger:
+    ...     loss = torch.compile(step, backend="openxla")(torch.ones(2, 4, device="xla"))
+    ...     loss.backward(); torch_xla.sync(); ledger.step()
     >>> report = ledger.report()
     >>> report.fx_graphs, report.aot_graphs, report.xla_partitions
-    (3, {'forward': 2, 'backward': 1, 'inference': 1}, 4)
+    (2, {'backward': 2, 'forward': 2}, 4)
     >>> report.save("gb-rank0.json"); load_report("gb-rank0.json") == report
+    'gb-rank0.json'
     True
 """
 
@@ -326,7 +337,19 @@ def load_report(path: str) -> GraphBreakReport:
     """A report saved with :meth:`GraphBreakReport.save` (or ``--json`` of a single region).
 
     Example:
+        >>> import torch, torch_xla
+        >>> from torch_xla_ext import graph_breaks
+        >>> def f(x):
+        ...     x = torch.sin(x)
+        ...     torch._dynamo.graph_break()               # one break: two graphs
+        ...     return torch.cos(x)
+        >>> with graph_breaks.account() as ledger:
+        ...     y = torch.compile(f, backend="openxla")(torch.ones(3, device="xla")); torch_xla.sync()
+        >>> ledger.report().save("gb-rank0.json")
+        'gb-rank0.json'
         >>> r = load_report("gb-rank0.json")
+        >>> r == ledger.report(), r.rank["rank"]
+        (True, 0)
     """
     if not isinstance(path, str):
         raise GraphBreakError(f"report path must be a str, got {type(path).__name__}")

@@ -15,7 +15,16 @@ by compile id as tlparse groups them.
 Open the file in https://ui.perfetto.dev or chrome://tracing (both read it offline too).
 
 Example:
+    >>> import torch, torch_xla
+    >>> from torch_xla_ext import graph_breaks
+    >>> def f(x):
+    ...     x = torch.sin(x)
+    ...     torch._dynamo.graph_break()               # one break: two graphs
+    ...     return torch.cos(x)
+    >>> with graph_breaks.account() as ledger:
+    ...     y = torch.compile(f, backend="openxla")(torch.ones(3, device="xla")); torch_xla.sync()
     >>> write_trace("region.trace.json", [ledger.report()])
+    'region.trace.json'
 """
 
 from __future__ import annotations
@@ -118,7 +127,20 @@ def write_trace(path: str, reports: Sequence[GraphBreakReport] | GraphBreakRepor
     ranks of a job, or the modes of a comparison with ``labels``); returns ``path``.
 
     Example:
+        >>> import torch, torch_xla
+        >>> from torch_xla_ext import graph_breaks
+        >>> def f(x):
+        ...     x = torch.sin(x)
+        ...     torch._dynamo.graph_break()               # one break: two graphs
+        ...     return torch.cos(x)
+        >>> with graph_breaks.account() as ledger:
+        ...     y = torch.compile(f, backend="openxla")(torch.ones(3, device="xla")); torch_xla.sync()
+        >>> ledger.report().save("gb-rank0.json")
+        'gb-rank0.json'
+        >>> from torch_xla_ext.graph_breaks import load_report
+        >>> files = ["gb-rank0.json"]               # one per rank in a real job
         >>> write_trace("ranks.trace.json", [load_report(f) for f in files])
+        'ranks.trace.json'
     """
     if isinstance(reports, GraphBreakReport):
         reports = [reports]

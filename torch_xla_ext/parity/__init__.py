@@ -25,8 +25,8 @@ Example:
     >>> import torch
     >>> from torch_xla_ext import parity
     >>> lin = torch.nn.Linear(128, 128)
-    >>> report = parity.verify(lin, (torch.randn(8, 128),), dtype="bf16")  # doctest: +SKIP
-    >>> report.emulation, report.hlo_math, report.causes  # doctest: +SKIP
+    >>> report = parity.verify(lin, (torch.randn(8, 128),), dtype="bf16")
+    >>> report.emulation, report.hlo_math, report.causes
     ('matches', 'same', {'': 'rounding placement'})
 """
 

@@ -7,10 +7,17 @@ text) lists the calls; ``load_capture`` reads it back in another process, where
 ``compare_capture`` compares it with a CPU run of the reference (:mod:`.localization`).
 
 Example:
-    >>> cap = capture(model, (ids,), {"attention_mask": mask}, dtype="bf16")   # doctest: +SKIP
-    >>> cap.save("run.safetensors")                                             # doctest: +SKIP
+    >>> import torch
+    >>> from torch_xla_ext import parity
+    >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+    >>> x = torch.randn(2, 16)
+    >>> cap = parity.capture(model, (x,), dtype="bf16")
+    >>> cap.save("run.safetensors")
+    'run.safetensors'
     >>> # in another process, on the CPU:
-    >>> report = compare_capture("run.safetensors", model, (ids,), {"attention_mask": mask})  # doctest: +SKIP
+    >>> report = parity.compare_capture("run.safetensors", model, (x,))
+    >>> report.first_divergent_module is None          # bf16 rounding explains every module
+    True
 """
 
 from __future__ import annotations
@@ -142,7 +149,12 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
     the model raises propagates as a ``runners.UserFailure`` naming the stage.
 
     Example:
-        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")  # doctest: +SKIP
+        >>> import torch
+        >>> from torch_xla_ext import parity
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+        >>> x = torch.randn(2, 16)
+        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
+        'xla_run.safetensors'
     """
     import torch
     import torch_xla
@@ -172,7 +184,15 @@ def load_capture(path: str | os.PathLike) -> Capture:
     """Reads a file written by :meth:`Capture.save`, checking its metadata and every entry.
 
     Example:
-        >>> cap = load_capture("xla_run.safetensors")  # doctest: +SKIP
+        >>> import torch
+        >>> from torch_xla_ext import parity
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+        >>> x = torch.randn(2, 16)
+        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
+        'xla_run.safetensors'
+        >>> cap = load_capture("xla_run.safetensors")
+        >>> type(cap).__name__
+        'Capture'
     """
     from safetensors import SafetensorError, safe_open
 
@@ -245,9 +265,15 @@ def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwar
     and every module's own, inherited and total error (:mod:`.localization`). Runs without XLA.
 
     Example:
-        >>> report = compare_capture("xla_run.safetensors", model, (x,))  # doctest: +SKIP
-        >>> report.first_divergent_module  # doctest: +SKIP
-        'model.layers.1.mlp.down_proj'
+        >>> import torch
+        >>> from torch_xla_ext import parity
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+        >>> x = torch.randn(2, 16)
+        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
+        'xla_run.safetensors'
+        >>> report = compare_capture("xla_run.safetensors", model, (x,))
+        >>> report.first_divergent_module is None          # a module name when one diverges
+        True
     """
     from torch_xla_ext.parity import localization as _localize
 

@@ -29,7 +29,17 @@ Open both with ``model-explorer program.mlir --node_data_paths=node_data.json``
 (:func:`open_command`).
 
 Example:
-    >>> write_model_explorer(program, graph_args, "explorer/")  # doctest: +SKIP
+    >>> import ml_dtypes, numpy as np
+    >>> text = '''func.func @main(%x: tensor<2x4xbf16>, %w: tensor<4x4xbf16>, %b: tensor<4xbf16>) -> tensor<2x4xbf16> {
+    ...   %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<2x4xbf16>, tensor<4x4xbf16>) -> tensor<2x4xbf16>
+    ...   %1 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<4xbf16>) -> tensor<2x4xbf16>
+    ...   %2 = stablehlo.add %0, %1 : tensor<2x4xbf16>
+    ...   return %2 : tensor<2x4xbf16>
+    ... }'''
+    >>> program = Program(text)
+    >>> x, w, b = np.ones((2, 4), ml_dtypes.bfloat16), np.eye(4, dtype=ml_dtypes.bfloat16), np.ones(4, ml_dtypes.bfloat16)
+    >>> sorted(write_model_explorer(program, [x, w, b], "explorer/"))   # then: open_command("explorer")
+    ['module_paths', 'node_data', 'node_names', 'program']
 """
 
 from __future__ import annotations
@@ -80,7 +90,11 @@ def explorer_module_text(text: str, module_paths: dict[str, str] | None = None) 
     Model Explorer groups the ops into the model's layers.
 
     Example:
-        >>> "mhlo." in explorer_module_text(program.text)  # doctest: +SKIP
+        >>> text = '''func.func @main(%x: tensor<2xbf16>) -> tensor<2xbf16> {
+        ...   %0 = stablehlo.multiply %x, %x : tensor<2xbf16>
+        ...   return %0 : tensor<2xbf16>
+        ... }'''
+        >>> "mhlo." in explorer_module_text(text)
         False
     """
     from jax.extend.mlir import ir
@@ -185,8 +199,12 @@ def node_ids(text: str) -> dict[str, list[str]]:
     level deep (their own regions are not expanded, except Shardy's).
 
     Example:
-        >>> node_ids(open("explorer/program.mlir").read())["main"][:3]  # doctest: +SKIP
-        ['0', '1', '2']
+        >>> text = '''func.func @main(%x: tensor<2xbf16>) -> tensor<2xbf16> {
+        ...   %0 = stablehlo.multiply %x, %x : tensor<2xbf16>
+        ...   return %0 : tensor<2xbf16>
+        ... }'''
+        >>> node_ids(text)["main"]                  # the multiply, then the return
+        ['0', '1']
     """
     from jax.extend.mlir import ir
 
@@ -270,7 +288,15 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
     says) to ``directory``; returns their paths.
 
     Example:
-        >>> write_model_explorer(Program.from_hlo_proto(proto), args, "explorer")  # doctest: +SKIP
+        >>> text = '''func.func @main(%x: tensor<2xbf16>) -> tensor<2xbf16> {
+        ...   %0 = stablehlo.multiply %x, %x : tensor<2xbf16>
+        ...   return %0 : tensor<2xbf16>
+        ... }'''
+        >>> import ml_dtypes
+        >>> x = np.array([1.0078125, 3.0], ml_dtypes.bfloat16)
+        >>> paths = write_model_explorer(Program(text), [x], "explorer")
+        >>> paths["program"], paths["node_data"]
+        ('explorer/program.mlir', 'explorer/node_data.json')
     """
     if not isinstance(program, Program):
         raise ParityTypeError(f"program: expected a parity Program, got {type(program).__name__}")

@@ -7,7 +7,10 @@ and stylesheet as the graph-breaks page (``torch_xla_ext/_html.py``); rendered w
 autoescape on, so a module or output name never becomes markup.
 
 Example:
-    >>> write_html("parity.html", parity.verify(model, (x,), dtype="bf16"))  # doctest: +SKIP
+    >>> import torch
+    >>> from torch_xla_ext import parity
+    >>> write_html("parity.html", parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32"))
+    'parity.html'
 """
 
 from __future__ import annotations
@@ -59,7 +62,10 @@ def render_html(report: ParityReport, title: str = "torch_xla parity") -> str:
     """The page's HTML text.
 
     Example:
-        >>> "<h2>Outputs</h2>" in render_html(report)  # doctest: +SKIP
+        >>> import torch
+        >>> from torch_xla_ext import parity
+        >>> report = parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32")
+        >>> "<h2>Outputs</h2>" in render_html(report)
         True
     """
     from torch_xla_ext import _html
@@ -79,7 +85,10 @@ def write_html(path: str, report: ParityReport, title: str = "torch_xla parity")
     """Writes the report as a self-contained HTML page; returns ``path``.
 
     Example:
-        >>> write_html("parity.html", report)  # doctest: +SKIP
+        >>> import torch
+        >>> from torch_xla_ext import parity
+        >>> report = parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32")
+        >>> write_html("parity.html", report)
         'parity.html'
     """
     if not isinstance(path, str) or not path:

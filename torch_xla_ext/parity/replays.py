@@ -16,8 +16,20 @@ Either replay covers every op XLA compiles (gather, convolution, batch-norm, pad
 select-and-scatter, while loops, calls, ...): XLA executes it, nothing is interpreted here.
 
 Example:
-    >>> program = Program.from_hlo_proto(proto)              # doctest: +SKIP
-    >>> rounded = Replay(program, rounded=True)(graph_args)  # doctest: +SKIP
+    >>> import ml_dtypes, numpy as np
+    >>> text = '''func.func @main(%x: tensor<2x4xbf16>, %w: tensor<4x4xbf16>, %b: tensor<4xbf16>) -> tensor<2x4xbf16> {
+    ...   %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<2x4xbf16>, tensor<4x4xbf16>) -> tensor<2x4xbf16>
+    ...   %1 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<4xbf16>) -> tensor<2x4xbf16>
+    ...   %2 = stablehlo.add %0, %1 : tensor<2x4xbf16>
+    ...   return %2 : tensor<2x4xbf16>
+    ... }'''
+    >>> program = Program(text)                   # or Program.from_hlo_proto(proto) of an XLA run
+    >>> x = np.full((2, 4), 1.0078125, ml_dtypes.bfloat16)
+    >>> graph_args = [x, np.eye(4, dtype=ml_dtypes.bfloat16), np.full(4, 2.0 ** -8, ml_dtypes.bfloat16)]
+    >>> rounded = Replay(program, rounded=True)(graph_args)    # dot rounded to bf16, then the add
+    >>> exact = Replay(program, rounded=False)(graph_args)     # in fp64
+    >>> float(rounded[0][0, 0]), float(exact[0][0, 0])
+    (1.015625, 1.01171875)
 """
 
 from __future__ import annotations
@@ -218,8 +230,15 @@ class Replay:
     dtypes; bfloat16 as ml_dtypes.bfloat16) returns main's results as numpy arrays.
 
     Example:
-        >>> rounded = Replay(Program(text), rounded=True)   # doctest: +SKIP
-        >>> out = rounded([x, y])                            # doctest: +SKIP
+        >>> text = '''func.func @main(%x: tensor<2xbf16>) -> tensor<2xbf16> {
+        ...   %0 = stablehlo.multiply %x, %x : tensor<2xbf16>
+        ...   return %0 : tensor<2xbf16>
+        ... }'''
+        >>> import ml_dtypes
+        >>> x = np.array([1.0078125, 3.0], ml_dtypes.bfloat16)
+        >>> rounded = Replay(Program(text), rounded=True)
+        >>> [o.tolist() for o in rounded([x])]
+        [[1.015625, 9.0]]
     """
 
     def __init__(self, program: Program, *, rounded: bool, intermediates: bool = False):

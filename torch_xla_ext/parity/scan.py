@@ -115,9 +115,10 @@ def scan_layers(
     first layer failing the comparator, whatever the cause.
 
     Example:
+        >>> import torch
         >>> layers = [torch.nn.Linear(16, 16) for _ in range(4)]
-        >>> r = scan_layers(layers, torch.randn(2, 16), dtype="fp32")  # doctest: +SKIP
-        >>> r.first_divergent_layer is None  # doctest: +SKIP
+        >>> r = scan_layers(layers, torch.randn(2, 16), dtype="fp32")
+        >>> r.first_divergent_layer is None
         True
     """
     import torch
@@ -278,7 +279,9 @@ def scan_patched_linear_example(dtype: Any = "bf16", *, seed: int = 42, patch: b
     compares them. ``dtype`` is only checked here; pass it to scan_layers.
 
     Example:
-        >>> layers, reference, x = scan_patched_linear_example()  # doctest: +SKIP
+        >>> layers, reference, x = scan_patched_linear_example()
+        >>> len(layers), len(reference), tuple(x.shape)
+        (4, 4, (3, 4, 5, 128))
     """
     import torch
 

@@ -6,9 +6,16 @@ function becomes one value graph (cc/graph/graph.h: ops in pre-order, regions ne
 op), which ``FindRoundingPoints`` (cc/parity/rounding.h) reads.
 
 Example:
-    >>> program = Program.from_hlo_proto(proto)      # doctest: +SKIP
-    >>> [(p.after_opcode, p.opcode) for p in program.rounding_points if p.after]  # doctest: +SKIP
-    [('dot', 'add')]
+    >>> import ml_dtypes, numpy as np
+    >>> text = '''func.func @main(%x: tensor<2x4xbf16>, %w: tensor<4x4xbf16>, %b: tensor<4xbf16>) -> tensor<2x4xbf16> {
+    ...   %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<2x4xbf16>, tensor<4x4xbf16>) -> tensor<2x4xbf16>
+    ...   %1 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<4xbf16>) -> tensor<2x4xbf16>
+    ...   %2 = stablehlo.add %0, %1 : tensor<2x4xbf16>
+    ...   return %2 : tensor<2x4xbf16>
+    ... }'''
+    >>> program = Program(text)                   # or Program.from_hlo_proto(proto) of an XLA run
+    >>> [(p.after_opcode, p.opcode) for p in program.rounding_points if p.after]   # the dot rounds, then the add
+    [('dot_general', 'add')]
 """
 
 from __future__ import annotations
