@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from torch_xla_ext import _dtypes
 from torch_xla_ext._ext import numerics as _core
 from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError
 
@@ -35,12 +36,8 @@ _DEFAULT_TOLERANCES = {
     "float64": (1e-7, 1e-7),
 }
 
-_DTYPES = {
-    "float64": _core.DType.float64,
-    "float32": _core.DType.float32,
-    "bfloat16": _core.DType.bfloat16,
-    "float16": _core.DType.float16,
-}
+# The floats cc/numerics compares, by their names in the one dtype table (torch_xla_ext/_dtypes.py).
+_DTYPES = {r.name: getattr(_core.DType, r.name) for r in _dtypes.ROWS if hasattr(_core.DType, r.name)}
 
 _ULP_LABELS = tuple(_core.ulp_bucket_labels())
 

@@ -1,6 +1,7 @@
 """The manifest: `main`'s typed calling convention (what every argument is, what every collective
 does, what every output is called) and its validation as untrusted input; and the one dtype table
-of the export component (MLIR element type <-> numpy dtype name <-> torch's name).
+of the export component (MLIR element type <-> numpy dtype name <-> torch's name), from the one
+table in torch_xla_ext/_dtypes.py.
 
 Example:
     >>> m = Manifest.from_dict(json.load(open("bundle/manifest.json")))   # validates every field
@@ -15,8 +16,7 @@ import os
 import re
 from typing import Any
 
-import numpy as np
-
+from torch_xla_ext import _dtypes
 from torch_xla_ext.export.errors import BundleError, BundleVersionError
 
 FORMAT_VERSION = 2
@@ -28,13 +28,9 @@ INPUT_KINDS = ("user_input", "parameter", "buffer", "constant", "collective_toke
 # one forward pass when torch.export could not (export/lazy.py).
 TRACERS = ("torch.export", "torch_xla lazy trace")
 
-# MLIR element type <-> numpy dtype name (bfloat16 through ml_dtypes). The one dtype table.
-ELEMENT_TYPES = {
-    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
-    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool",
-    "ui64": "uint64", "ui32": "uint32", "ui16": "uint16", "ui8": "uint8",
-    "complex<f32>": "complex64", "complex<f64>": "complex128",
-}
+# MLIR element type <-> dtype name of the bundle's dtypes: the rows of the one dtype table
+# (torch_xla_ext/_dtypes.py) but float8, which a bundle's .npy files cannot hold.
+ELEMENT_TYPES = {r.mlir: r.name for r in _dtypes.ROWS if not r.name.startswith("float8")}
 MLIR_TYPES = {v: k for k, v in ELEMENT_TYPES.items()}
 # A user input that is not a tensor (an int, a float, a list torch_xla did not flatten) is a
 # Python constant torch.export baked into the program; its dtype is "python:<type name>".
@@ -42,18 +38,8 @@ PYTHON_PREFIX = "python:"
 _PYTHON_TYPE = re.compile(r"python:[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def np_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a manifest dtype name (bfloat16 through ml_dtypes)."""
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-def dtype_name(dt: np.dtype) -> str:
-    """The manifest name of a numpy dtype."""
-    return "bfloat16" if dt.name == "bfloat16" else np.dtype(dt).name
+np_dtype = _dtypes.numpy_dtype  # the numpy dtype of a manifest dtype name (bfloat16 through ml_dtypes)
+dtype_name = _dtypes.name_of    # the manifest name of a numpy dtype
 
 
 def torch_dtype_name(d: str) -> str:

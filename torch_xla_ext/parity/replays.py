@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from torch_xla_ext import _dtypes
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.runners import release_freed_memory
@@ -44,14 +45,10 @@ _MODULE_SPMD_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas", "mhlo.spmd_out
 
 
 def _numpy_dtype(et: str) -> np.dtype:
-    import ml_dtypes
-
-    table = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32, "f64": np.float64,
-             "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-             "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64}
-    if et not in table:
+    row = _dtypes.by_mlir(et)
+    if row is None:
         raise ReplayError(f"main takes an argument of element type {et}, which the replay cannot pass")
-    return np.dtype(table[et])
+    return _dtypes.numpy_dtype(row.name)
 
 
 class _Rewriter:
