@@ -11,12 +11,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from typing import Any
 
-from torch_xla_ext import _dtypes
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.export.errors import BundleError, BundleVersionError
 
 FORMAT_VERSION = 2
@@ -109,7 +108,7 @@ class Manifest:
         return dataclasses.asdict(self)
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+        return _json.dumps(self.to_dict(), **kwargs)
 
     @property
     def output_names(self) -> list[str | None]:
@@ -185,7 +184,7 @@ class Manifest:
             if index != i:
                 raise BundleError(f"{where}: field '{f}.index' is {index}, expected {i}")
             inp = Input(index, kind, shape(raw, f), dtype(raw, f), name=name(raw, f),
-                        value=need(raw, "value", f + ".value", _is_number, "a number", optional=True),
+                        value=_json.number(need(raw, "value", f + ".value", _is_number, "a number", optional=True)),
                         file=need(raw, "file", f + ".file", _is_bundle_path, "a relative path inside the bundle",
                                   optional=True))
             if kind == "user_input":
@@ -209,8 +208,8 @@ class Manifest:
                                     lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v),
                                     "a list of input indices"),
                 scale=float(need(raw, "scale", f + ".scale", _is_number, "a number")),
-                requested_scale=need(raw, "requested_scale", f + ".requested_scale", _is_number,
-                                     "a number or null", optional=True),
+                requested_scale=_json.number(need(raw, "requested_scale", f + ".requested_scale", _is_number,
+                                                  "a number or null", optional=True)),
                 lowering=need(raw, "lowering", f + ".lowering", _is_str, "a string or null", optional=True),
                 token_mixed_into_operand=bool(need(raw, "token_mixed_into_operand", f + ".token_mixed_into_operand",
                                                    lambda v: isinstance(v, bool), "a bool", optional=True))))
@@ -239,6 +238,8 @@ class Manifest:
                                       f"(dtype python:<type>), not {u['dtype']}")
                 u["value"] = need(raw, "value", f + ".value", _is_json_scalar,
                                   "null, a bool, a number or a string", optional=True)
+                if u["dtype"] == PYTHON_PREFIX + "float":  # "nan"/"inf"/"-inf" as the JSON rule writes them
+                    u["value"] = _json.number(u["value"])
             unused.append(u)
         nested = []
         for i, raw in enumerate(need(d, "nested_collectives", "nested_collectives", lambda v: isinstance(v, list),
@@ -312,8 +313,9 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_number(v: Any) -> bool:
-    # JSON numbers only; a huge int must still convert to a float.
-    return (isinstance(v, float) or _is_int(v)) and (isinstance(v, float) or abs(v) < 2**1023)
+    # JSON numbers (a huge int must still convert to a float), or a non-finite float as _json writes it.
+    return ((isinstance(v, float) or _is_int(v)) and (isinstance(v, float) or abs(v) < 2**1023)) or \
+        (isinstance(v, str) and v in _json.NON_FINITE)
 
 
 def _is_json_scalar(v: Any) -> bool:

@@ -18,7 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
-from torch_xla_ext import _dtypes
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError
 from torch_xla_ext.export.manifest import dtype_name, np_dtype
 
@@ -43,7 +43,7 @@ def write(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: 
         header[name] = {"dtype": CODES[dt], "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
         offset += arr.nbytes
         arrays.append(arr)
-    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob = _json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # the library aligns the data to 8 bytes
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(blob)))

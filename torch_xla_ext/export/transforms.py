@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from torch_xla_ext import _dtypes
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.export import graph, tensor_file
 from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
@@ -213,7 +213,7 @@ class JaxExport:
             raise BundleError(str(e)) from None
         with open(dest, "wb") as f:
             f.write(data)
-        meta = {"format": _FORMAT, "order": json.dumps(list(self.weight_names))}
+        meta = {"format": _FORMAT, "order": _json.dumps(list(self.weight_names))}
         tensor_file.write(os.path.join(path, WEIGHTS_FILE), dict(zip(self.weight_names, self.weights)), meta)
 
 

@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -42,6 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from torch_xla_ext import _json
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.replays import Replay
 from torch_xla_ext.parity.stablehlo import Program, functions, parse
@@ -305,13 +305,13 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
     graph = {"name": f"relative error vs exact fp64 ({kind} roundings)", "results": results,
              "thresholds": thresholds(kind, [v["value"] for v in results.values()])}
     with open(data_path, "w") as f:
-        json.dump({"main": graph}, f, indent=1)
+        _json.dump({"main": graph}, f, indent=1)
     names_path = os.path.join(directory, NAMES_FILE)
     with open(names_path, "w") as f:
-        json.dump(names, f, indent=1)
+        _json.dump(names, f, indent=1)
     modules_path = os.path.join(directory, MODULES_FILE)
     with open(modules_path, "w") as f:
-        json.dump(_module_table(text, module_paths), f, indent=1)
+        _json.dump(_module_table(text, module_paths), f, indent=1)
     return {"program": program_path, "node_data": data_path, "node_names": names_path, "module_paths": modules_path}
 
 
