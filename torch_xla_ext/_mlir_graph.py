@@ -29,7 +29,7 @@ COLLECTIVE_OPS = frozenset(f"stablehlo.{n}" for n in ("all_reduce", "all_gather"
                                                       "collective_permute", "collective_broadcast"))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class GraphOp:
     """One op of cc/graph/graph.h's Graph."""
 
@@ -61,12 +61,20 @@ class ValueGraph:
 
 def tensor_type(t: Any) -> tuple[list[int], str]:
     """(shape, MLIR element type) of a ranked tensor type (-1: dynamic); ([], "") otherwise."""
+    return _type_reader()(t)
+
+
+def _type_reader() -> Any:
     from jax.extend.mlir import ir
 
-    if jax_mlir.isa(t, ir.RankedTensorType):
-        rt = ir.RankedTensorType(t)
-        return [int(d) if d >= 0 else -1 for d in rt.shape], str(rt.element_type)
-    return [], ""
+    ranked, is_ranked = ir.RankedTensorType, jax_mlir.isa_check(ir.RankedTensorType)
+
+    def read(t: Any) -> tuple[list[int], str]:
+        if is_ranked(t):
+            rt = ranked(t)
+            return [d if d >= 0 else -1 for d in rt.shape], str(rt.element_type)
+        return [], ""
+    return read
 
 
 def pre_order(block: Any, nested: bool = True) -> list[tuple[Any, int, Any]]:
@@ -101,11 +109,14 @@ def walk(func: Any, *, nested: bool = True, error: type[Exception] = ValueError)
     types: list[tuple[list[int], str]] = []
     mlir_types: list[Any] = []
 
+    read_type = _type_reader()
+
     def define(v: Any) -> int:
         ids[v] = len(values)
         values.append(v)
-        mlir_types.append(v.type)
-        types.append(tensor_type(v.type))
+        t = v.type
+        mlir_types.append(t)
+        types.append(read_type(t))
         return len(values) - 1
 
     for a in body.arguments:
@@ -114,31 +125,33 @@ def walk(func: Any, *, nested: bool = True, error: type[Exception] = ValueError)
     walked = pre_order(body, nested)
     ops, graph_ops, next_op, returned = [], [], [], []
     for w, (op, parent, nxt) in enumerate(walked):
-        if op.name == "func.return" and parent == -1:
+        op_name = op.name
+        if op_name == "func.return" and parent == -1:
             if w != len(walked) - 1:
                 raise error(f"{name}: func.return is not the function's last op")
             returned = [ids[v] for v in op.operands]
             continue
-        regions = list(op.regions)
+        regions = op.regions
         region_args = [define(a) for region in regions for blk in region.blocks for a in blk.arguments] \
             if nested else []
         try:
             operands = [ids[v] for v in op.operands]
         except KeyError:
-            raise error(f"{name}: {op.name} reads a value defined outside the function") from None
-        g = GraphOp(op.name, operands, [define(r) for r in op.results], parent, region_args)
-        if op.name == "stablehlo.constant":
+            raise error(f"{name}: {op_name} reads a value defined outside the function") from None
+        g = GraphOp(op_name, operands, [define(r) for r in op.results], parent, region_args, "", [], None, [])
+        if op_name == "stablehlo.constant":
             attr = ir.DenseElementsAttr(op.attributes["value"])
             if attr.is_splat:
                 g.splat = _splat_float(attr)
-        elif op.name == "stablehlo.dot_general":
+        elif op_name == "stablehlo.dot_general":
             dims = ir.Attribute(op.attributes["dot_dimension_numbers"])
             g.attributes.append(("batching_dims", str(len(_dot_batching_dims(dims)))))
-        if op.name in COLLECTIVE_OPS and "replica_groups" in op.attributes:
+        if op_name in COLLECTIVE_OPS and "replica_groups" in op.attributes:
             arr = np.array(ir.DenseIntElementsAttr(op.attributes["replica_groups"]))
             g.replica_groups = [[int(x) for x in row] for row in arr.reshape(arr.shape[0], -1)] if arr.size else []
-        if len(regions) == 1 and op.name.startswith("stablehlo.") and regions[0].blocks:
-            inner = [b.operation.name for b in regions[0].blocks[0].operations]
+        if len(regions) == 1 and op_name.startswith("stablehlo."):
+            blocks = regions[0].blocks
+            inner = [b.operation.name for b in blocks[0].operations] if len(blocks) else []
             if len(inner) == 2 and inner[1] == "stablehlo.return":
                 g.reduction = inner[0]
         ops.append(op)
