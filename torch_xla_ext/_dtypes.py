@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DType", "ROWS", "NARROW_FLOATS", "X64_ONLY", "find", "by_name", "by_mlir", "by_safetensors", "numpy_dtype",
+__all__ = ["DType", "ROWS", "NARROW_FLOATS", "X64_ONLY", "find", "by_name", "by_mlir", "by_safetensors", "float_format", "numpy_dtype",
            "name_of", "torch_dtype", "from_torch"]
 
 
@@ -100,6 +100,15 @@ def numpy_dtype(name: str) -> np.dtype:
     import ml_dtypes
 
     return np.dtype(getattr(ml_dtypes, name))
+
+
+def float_format(name: str) -> tuple[int, int]:
+    """(exponent bits, mantissa bits stored) of a float row, from ml_dtypes' finfo (numpy's for
+    the IEEE types): (8, 7) for bfloat16, (5, 10) for float16."""
+    import ml_dtypes
+
+    fi = ml_dtypes.finfo(numpy_dtype(name))
+    return int(fi.nexp), int(fi.nmant)
 
 
 def name_of(dt: Any) -> str:

@@ -3,6 +3,7 @@ ml_dtypes, JAX's MLIR and HLO lowering, torch, the safetensors library), and eve
 derived from it."""
 
 import json
+import math
 import os
 import struct
 import subprocess
@@ -72,13 +73,25 @@ def test_x64_only_is_what_jax_narrows():
     assert not jax.config.jax_enable_x64 and narrowed == set(_dtypes.X64_ONLY)
 
 
+@pytest.mark.parametrize("row", [r for r in ROWS if r.is_float], ids=lambda r: r.name)
+def test_float_format_is_how_the_dtype_rounds(row):
+    """1 + 2^-m is exact and 1 + 2^-(m+1) rounds to 1 (ties to even) with m mantissa bits; the
+    greatest finite value needs the exponent bits."""
+    e, m = _dtypes.float_format(row.name)
+    dt = _dtypes.numpy_dtype(row.name)
+    assert float(np.float64(1 + 2.0 ** -m).astype(dt)) == 1 + 2.0 ** -m
+    assert float(np.float64(1 + 2.0 ** -(m + 1)).astype(dt)) == 1.0
+    top = float(ml_dtypes.finfo(dt).max)
+    # IEEE: the greatest exponent is the bias 2^(e-1)-1; the fn/fnuz float8 types reach one further
+    assert 2 ** (e - 1) - 2 < math.log2(top) < 2 ** (e - 1) + 1
+
+
 def test_narrow_floats():
-    from torch_xla_ext.parity import replays
+    from torch_xla_ext.parity import explorer, replays
 
     assert all(_dtypes.by_name(n).is_float and _dtypes.numpy_dtype(n).itemsize == 2 for n in _dtypes.NARROW_FLOATS)
-    bits = {_dtypes.by_name(n).mlir: (int(ml_dtypes.finfo(_dtypes.numpy_dtype(n)).nexp),
-                                      int(ml_dtypes.finfo(_dtypes.numpy_dtype(n)).nmant)) for n in _dtypes.NARROW_FLOATS}
-    assert replays.NARROW_FORMATS == bits
+    assert replays.NARROW_FORMATS == {"bf16": (8, 7), "f16": (5, 10)}
+    assert explorer._UNIT_ROUNDOFF == {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 2.0 ** -24, "f64": 2.0 ** -53}
 
 
 def test_former_copies_are_the_table():

@@ -36,7 +36,7 @@ from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, _first_line, 
 __all__ = ["NARROW_FORMATS", "Replay", "replay"]
 
 # (exponent bits, mantissa bits) of each narrow float (cc/parity's IsNarrowFloat says which are).
-NARROW_FORMATS = {"bf16": (8, 7), "f16": (5, 10)}
+NARROW_FORMATS = {_dtypes.by_name(n).mlir: _dtypes.float_format(n) for n in _dtypes.NARROW_FLOATS}
 # torch_xla's SPMD annotation: the value is unchanged (one device here).
 _IDENTITY_CUSTOM_CALLS = frozenset({"Sharding"})
 _SHARDING_ATTRS = ("mhlo.sharding",)
