@@ -5,7 +5,6 @@ the readers take back what it wrote."""
 import ast
 import json
 import math
-import os
 import pathlib
 
 import numpy as np
