@@ -28,6 +28,7 @@ _versions.require_torch_stack("collectives")  # before anything here imports tor
 import math
 from typing import Any, Sequence
 
+from torch_xla_ext import _dtypes
 from torch_xla_ext._compat import stablehlo as _shlo
 from torch_xla_ext._ext import collectives as _core
 from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError
@@ -35,7 +36,7 @@ from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError
 __all__ = ["all_reduce", "recorded_calls", "record_all_reduce", "clear_recorded_calls", "next_sequence"]
 
 REDUCE_TYPES = _shlo.REDUCE_TYPES
-_CPU_UNREDUCIBLE = ("torch.bfloat16", "torch.float16")
+_CPU_UNREDUCIBLE = tuple(f"torch.{n}" for n in _dtypes.NARROW_FLOATS)
 
 
 class CollectiveArgumentError(InvalidArgumentError):

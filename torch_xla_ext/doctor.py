@@ -25,7 +25,6 @@ from torch_xla_ext import _versions
 _versions.require_torch_stack("doctor")  # before anything here imports torch
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -37,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_xla_ext import collectives, jax_call
-from torch_xla_ext import _device, _factory, _plot
+from torch_xla_ext import _device, _factory, _json, _plot
 from torch_xla_ext.errors import InternalError, TorchXlaExtError
 from torch_xla_ext.graph_breaks import _SINK  # where the block's print goes (a break whatever its file)
 
@@ -216,7 +215,7 @@ class DoctorReport:
                              for s in self.sections}}
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), allow_nan=False, **kwargs)  # strict JSON: see _json_safe
+        return _json.dumps(self.to_dict(), **kwargs)
 
     def to_markdown(self) -> str:
         out = [f"# torch-xla-ext doctor: {self.model}", "", f"Ran on XLA:{_device.current()}.", "",
@@ -234,27 +233,9 @@ class DoctorReport:
 
 
 def _json_safe(obj: Any) -> Any:
-    """``obj`` as strict JSON values: non-finite floats become "nan", "inf" and "-inf" (JSON has
-    none), tuples lists, keys strings, numpy scalars and arrays Python values; strings are kept
-    as they are; anything else is its ``str``."""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
-        return obj
-    if isinstance(obj, float):
-        if math.isnan(obj):
-            return "nan"
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-        return obj
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _json_safe(dataclasses.asdict(obj))
-    item = getattr(obj, "tolist", None)  # numpy scalars and arrays
-    if callable(item) and type(obj).__module__ == "numpy":
-        return _json_safe(item())
-    return str(obj)
+    """``obj`` as strict JSON values under the package's one JSON rule (torch_xla_ext/_json.py);
+    anything JSON has no type for is its ``str``."""
+    return _json.encode(obj, default=str)
 
 
 # ---- sections -------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from jax import export as _jax_export
 
+from torch_xla_ext import _dtypes
 from torch_xla_ext._compat import jax_trace as _jt
 from torch_xla_ext._compat import xla_builder as _xb
 from torch_xla_ext._ext import jax_call as _core
@@ -145,16 +146,9 @@ class CacheInfo(NamedTuple):
     entries: int
 
 
-# torch dtype -> JAX/numpy dtype name (names cc/jax_call understands).
-_TORCH_TO_JAX = {
-    getattr(torch, name): name
-    for name in (
-        "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
-        "uint16", "uint32", "uint64", "bool", "complex64", "complex128", "float8_e4m3fn",
-        "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    )
-    if hasattr(torch, name)
-}
+# torch dtype -> JAX/numpy dtype name (names cc/jax_call understands): the one dtype table's rows
+# this torch has (torch_xla_ext/_dtypes.py).
+_TORCH_TO_JAX = {_dtypes.torch_dtype(r.name): r.name for r in _dtypes.ROWS if _dtypes.torch_dtype(r.name) is not None}
 _JAX_TO_TORCH = {v: k for k, v in _TORCH_TO_JAX.items()}
 
 _STATIC_SCALARS = (bool, int, float, complex, str, bytes, np.generic, np.dtype, type(Ellipsis))
@@ -333,8 +327,7 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
     try:
         mapping = _core.build_param_mapping(cc_leaves, const_specs, kept, proto, outputs)
     except InvalidArgumentError as e:
-        if not jax.config.jax_enable_x64 and any(l[2] in ("int64", "float64", "uint64", "complex128")
-                                                 for l in cc_leaves):
+        if not jax.config.jax_enable_x64 and any(l[2] in _dtypes.X64_ONLY for l in cc_leaves):
             e.add_note("jax_enable_x64 is off, so JAX lowers 64-bit leaves as 32-bit")
         raise
     _lowerings += 1

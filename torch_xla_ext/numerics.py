@@ -15,13 +15,12 @@ a torch tensor is passed.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import sys
 from typing import Any
 
 import numpy as np
 
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext._ext import numerics as _core
 from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError
 
@@ -35,12 +34,8 @@ _DEFAULT_TOLERANCES = {
     "float64": (1e-7, 1e-7),
 }
 
-_DTYPES = {
-    "float64": _core.DType.float64,
-    "float32": _core.DType.float32,
-    "bfloat16": _core.DType.bfloat16,
-    "float16": _core.DType.float16,
-}
+# The floats cc/numerics compares, by their names in the one dtype table (torch_xla_ext/_dtypes.py).
+_DTYPES = {r.name: getattr(_core.DType, r.name) for r in _dtypes.ROWS if hasattr(_core.DType, r.name)}
 
 _ULP_LABELS = tuple(_core.ulp_bucket_labels())
 
@@ -81,13 +76,10 @@ class CompareReport:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["passed"] = self.passed
-        for k in ("max_abs_diff", "max_rel_diff"):
-            if not math.isfinite(d[k]):
-                d[k] = str(d[k])  # JSON has no inf/nan
-        return d
+        return _json.encode(d)  # the one JSON rule: a non-finite float as "nan"/"inf"/"-inf"
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+        return _json.dumps(self.to_dict(), **kwargs)
 
     def __str__(self) -> str:
         equality = self.rtol == 0 and self.atol == 0

@@ -57,6 +57,12 @@ def _bools_unpacked(element_type: Any) -> bool:
     return _UNPACKED_BOOLS[0]
 
 
+def isa_check(cls: type) -> Any:
+    """``lambda value: isa(value, cls)``, resolved once (for loops over every value of a module)."""
+    check = getattr(cls, "isinstance", None)
+    return check if check is not None else (lambda value: isinstance(value, cls))
+
+
 def make_context() -> Any:
     """A fresh MLIR context with the dialects of JAX's lowering (StableHLO, CHLO, func, Shardy)."""
     from jax._src.interpreters import mlir as jmlir

@@ -17,10 +17,11 @@ What is used, and why:
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from typing import Any
+
+from torch_xla_ext import _json
 
 __all__ = ["active", "artifact", "chromium_event", "log_file", "name_file_by_rank", "trace_dir"]
 
@@ -95,7 +96,7 @@ def artifact(name: str, payload: Any, compile_id: str | None) -> None:
 
     cid = torch._guards.CompileId.from_string(compile_id) if compile_id else None
     trace_structured("artifact", metadata_fn=lambda: {"name": name, "encoding": "json"},
-                     payload_fn=lambda: json.dumps(payload, indent=1, default=str), compile_id=cid,
+                     payload_fn=lambda: _json.dumps(payload, indent=1, default=str), compile_id=cid,
                      expect_trace_id=cid is not None)
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from torch_xla_ext import _mlir_graph
 from torch_xla_ext._ext import collectives as _core
 from torch_xla_ext.export.errors import BundleError
 from torch_xla_ext.export.manifest import ELEMENT_TYPES, MANIFEST_FILE, Collective, Manifest
@@ -127,86 +128,33 @@ def argument_types(module, where: str, describe: Callable[[int], str] | None = N
 
 
 def build_graph(ctx, module, where: str, describe: Callable[[int], str] | None = None):
-    """main's top-level ops as (values, num_args, ops, returned) for _core.analyze."""
-    from jax.extend.mlir import ir
-
+    """main's top-level ops as (values, num_args, ops, returned) for _core.analyze, from the one
+    MLIR walker (torch_xla_ext/_mlir_graph.py); the arguments typed and checked by argument_types."""
     with ctx:
-        block = main_func(module, where).regions[0].blocks[0]
-        values: list[tuple[list[int], str]] = list(argument_types(module, where, describe))
-        ids: dict[Any, int] = {a: k for k, a in enumerate(block.arguments)}
-        num_args = len(values)
-        ops, returned = [], []
-        for op in block.operations:
-            o = op.operation
-            operands = [ids[v] for v in o.operands]
-            if o.name == "func.return":
-                returned = operands
-                continue
-            results = []
-            for r in o.results:
-                ids[r] = len(values)
-                results.append(len(values))
-                try:
-                    values.append(tensor_type(r.type))
-                except BundleError:  # tokens, tuples, dynamic results: not the analysis' business
-                    values.append(([], str(r.type)))
-            reduction, groups, splat = "", [], None
-            if o.name == "stablehlo.constant":
-                attr = ir.DenseElementsAttr(o.attributes["value"])
-                if attr.is_splat:
-                    try:
-                        splat = _splat_float(attr)
-                    except (TypeError, ValueError):
-                        splat = None
-            elif "replica_groups" in o.attributes:
-                arr = np.array(ir.DenseIntElementsAttr(o.attributes["replica_groups"]))
-                groups = [[int(x) for x in row] for row in arr.reshape(arr.shape[0], -1)] if arr.size else []
-            if len(o.regions) == 1 and o.name.startswith("stablehlo.") and o.regions[0].blocks:
-                body = [b.operation.name for b in o.regions[0].blocks[0].operations]
-                if len(body) == 2 and body[1] == "stablehlo.return":
-                    reduction = body[0]
-            ops.append((o.name, operands, results, reduction, groups, splat))
-    return values, num_args, ops, returned
+        arg_types = argument_types(module, where, describe)
+        g = _mlir_graph.walk(main_func(module, where), nested=False, error=BundleError)
+        values = arg_types + g.value_types[g.num_args:]
+        ops = [(o.name, o.operands, o.results, o.reduction, o.replica_groups, o.splat) for o in g.graph_ops]
+    return values, g.num_args, ops, g.returned
 
 
-COLLECTIVE_OPS = {f"stablehlo.{n}" for n in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                               "collective_permute", "collective_broadcast")}
+COLLECTIVE_OPS = _mlir_graph.COLLECTIVE_OPS
 
 
 def nested_collectives(ctx, module, where: str) -> list[dict[str, str]]:
     """Collectives inside regions of main's ops (while/case bodies): the analysis sees main's top
     level only, so these are listed in the manifest rather than described."""
     found: list[dict[str, str]] = []
-
-    def walk(op, top: str) -> None:
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    o = inner.operation
-                    if o.name in COLLECTIVE_OPS:
-                        found.append({"op": o.name[len("stablehlo."):], "inside": top})
-                    walk(o, top)
-
     with ctx:
-        for op in main_func(module, where).regions[0].blocks[0].operations:
-            o = op.operation
-            if o.name in COLLECTIVE_OPS:
-                continue  # its region is the reduction body
-            walk(o, o.name)
+        walked = _mlir_graph.pre_order(main_func(module, where).regions[0].blocks[0])
+        top: list[int] = []  # per op, its top-level ancestor (itself at the top level)
+        for w, (op, parent, _) in enumerate(walked):
+            top.append(w if parent < 0 else top[parent])
+            outer = walked[top[w]][0].name
+            # a top-level collective's region is its reduction body, not a nested collective
+            if parent >= 0 and op.name in COLLECTIVE_OPS and outer not in COLLECTIVE_OPS:
+                found.append({"op": op.name[len("stablehlo."):], "inside": outer})
     return found
-
-
-def _splat_float(attr) -> float:
-    from jax.extend.mlir import ir
-
-    from torch_xla_ext._compat import jax_mlir
-
-    v = attr.get_splat_value()
-    if jax_mlir.isa(v, ir.FloatAttr):
-        return float(ir.FloatAttr(v).value)
-    if jax_mlir.isa(v, ir.IntegerAttr):
-        return float(ir.IntegerAttr(v).value)
-    raise TypeError("not a number")
 
 
 def describe_input(manifest: Manifest) -> Callable[[int], str]:

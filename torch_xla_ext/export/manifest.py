@@ -1,6 +1,7 @@
 """The manifest: `main`'s typed calling convention (what every argument is, what every collective
 does, what every output is called) and its validation as untrusted input; and the one dtype table
-of the export component (MLIR element type <-> numpy dtype name <-> torch's name).
+of the export component (MLIR element type <-> numpy dtype name <-> torch's name), from the one
+table in torch_xla_ext/_dtypes.py.
 
 Example:
     >>> import json, torch
@@ -20,13 +21,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from typing import Any
 
-import numpy as np
-
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.export.errors import BundleError, BundleVersionError
 
 FORMAT_VERSION = 2
@@ -38,13 +37,9 @@ INPUT_KINDS = ("user_input", "parameter", "buffer", "constant", "collective_toke
 # one forward pass when torch.export could not (export/lazy.py).
 TRACERS = ("torch.export", "torch_xla lazy trace")
 
-# MLIR element type <-> numpy dtype name (bfloat16 through ml_dtypes). The one dtype table.
-ELEMENT_TYPES = {
-    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
-    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool",
-    "ui64": "uint64", "ui32": "uint32", "ui16": "uint16", "ui8": "uint8",
-    "complex<f32>": "complex64", "complex<f64>": "complex128",
-}
+# MLIR element type <-> dtype name of the bundle's dtypes: the rows of the one dtype table
+# (torch_xla_ext/_dtypes.py) but float8, which a bundle's .npy files cannot hold.
+ELEMENT_TYPES = {r.mlir: r.name for r in _dtypes.ROWS if not r.name.startswith("float8")}
 MLIR_TYPES = {v: k for k, v in ELEMENT_TYPES.items()}
 # A user input that is not a tensor (an int, a float, a list torch_xla did not flatten) is a
 # Python constant torch.export baked into the program; its dtype is "python:<type name>".
@@ -52,18 +47,8 @@ PYTHON_PREFIX = "python:"
 _PYTHON_TYPE = re.compile(r"python:[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def np_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a manifest dtype name (bfloat16 through ml_dtypes)."""
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-def dtype_name(dt: np.dtype) -> str:
-    """The manifest name of a numpy dtype."""
-    return "bfloat16" if dt.name == "bfloat16" else np.dtype(dt).name
+np_dtype = _dtypes.numpy_dtype  # the numpy dtype of a manifest dtype name (bfloat16 through ml_dtypes)
+dtype_name = _dtypes.name_of    # the manifest name of a numpy dtype
 
 
 def torch_dtype_name(d: str) -> str:
@@ -133,7 +118,7 @@ class Manifest:
         return dataclasses.asdict(self)
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+        return _json.dumps(self.to_dict(), **kwargs)
 
     @property
     def output_names(self) -> list[str | None]:
@@ -209,7 +194,7 @@ class Manifest:
             if index != i:
                 raise BundleError(f"{where}: field '{f}.index' is {index}, expected {i}")
             inp = Input(index, kind, shape(raw, f), dtype(raw, f), name=name(raw, f),
-                        value=need(raw, "value", f + ".value", _is_number, "a number", optional=True),
+                        value=_json.number(need(raw, "value", f + ".value", _is_number, "a number", optional=True)),
                         file=need(raw, "file", f + ".file", _is_bundle_path, "a relative path inside the bundle",
                                   optional=True))
             if kind == "user_input":
@@ -233,8 +218,8 @@ class Manifest:
                                     lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v),
                                     "a list of input indices"),
                 scale=float(need(raw, "scale", f + ".scale", _is_number, "a number")),
-                requested_scale=need(raw, "requested_scale", f + ".requested_scale", _is_number,
-                                     "a number or null", optional=True),
+                requested_scale=_json.number(need(raw, "requested_scale", f + ".requested_scale", _is_number,
+                                                  "a number or null", optional=True)),
                 lowering=need(raw, "lowering", f + ".lowering", _is_str, "a string or null", optional=True),
                 token_mixed_into_operand=bool(need(raw, "token_mixed_into_operand", f + ".token_mixed_into_operand",
                                                    lambda v: isinstance(v, bool), "a bool", optional=True))))
@@ -263,6 +248,8 @@ class Manifest:
                                       f"(dtype python:<type>), not {u['dtype']}")
                 u["value"] = need(raw, "value", f + ".value", _is_json_scalar,
                                   "null, a bool, a number or a string", optional=True)
+                if u["dtype"] == PYTHON_PREFIX + "float":  # "nan"/"inf"/"-inf" as the JSON rule writes them
+                    u["value"] = _json.number(u["value"])
             unused.append(u)
         nested = []
         for i, raw in enumerate(need(d, "nested_collectives", "nested_collectives", lambda v: isinstance(v, list),
@@ -336,8 +323,9 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_number(v: Any) -> bool:
-    # JSON numbers only; a huge int must still convert to a float.
-    return (isinstance(v, float) or _is_int(v)) and (isinstance(v, float) or abs(v) < 2**1023)
+    # JSON numbers (a huge int must still convert to a float), or a non-finite float as _json writes it.
+    return ((isinstance(v, float) or _is_int(v)) and (isinstance(v, float) or abs(v) < 2**1023)) or \
+        (isinstance(v, str) and v in _json.NON_FINITE)
 
 
 def _is_json_scalar(v: Any) -> bool:

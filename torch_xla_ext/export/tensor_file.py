@@ -18,15 +18,12 @@ from typing import Mapping
 
 import numpy as np
 
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError
 from torch_xla_ext.export.manifest import dtype_name, np_dtype
 
-# The format's dtype codes, by our dtype names (export/manifest.py's table gives the numpy dtype).
-CODES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
-    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
-    "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL", "complex64": "C64",
-}
+# The format's dtype codes, by our dtype names (the one dtype table, torch_xla_ext/_dtypes.py).
+CODES = {r.name: r.safetensors for r in _dtypes.ROWS if r.safetensors}
 _NAMES = {code: name for name, code in CODES.items()}
 _MAX_HEADER = 100 * 2**20  # the safetensors library's own cap on the JSON header
 
@@ -46,7 +43,7 @@ def write(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: 
         header[name] = {"dtype": CODES[dt], "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
         offset += arr.nbytes
         arrays.append(arr)
-    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob = _json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # the library aligns the data to 8 bytes
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(blob)))

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.export import graph, main_wrapper, tensor_file
 from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
@@ -125,7 +126,7 @@ def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
 
 # Arrays JAX narrows with its default x64 mode off; to_jax keeps the small ones (position ids,
 # scalars) as module constants so calling needs x64 only for int64 user inputs.
-_NARROWED = ("int64", "uint64", "float64", "complex128")
+_NARROWED = _dtypes.X64_ONLY
 _NARROWED_INLINE_BYTES = 2**20
 EXPORTED_FILE = "exported.jax"          # jax.export.serialize of JaxExport.exported
 WEIGHTS_FILE = "weights.safetensors"    # its bound arrays, in argument order
@@ -189,7 +190,7 @@ class JaxExport:
             raise BundleError(str(e)) from None
         with open(dest, "wb") as f:
             f.write(data)
-        meta = {"format": _FORMAT, "order": json.dumps(list(self.weight_names))}
+        meta = {"format": _FORMAT, "order": _json.dumps(list(self.weight_names))}
         tensor_file.write(os.path.join(path, WEIGHTS_FILE), dict(zip(self.weight_names, self.weights)), meta)
 
 

@@ -21,7 +21,7 @@ import tempfile
 import threading
 from typing import Any, Callable, Sequence
 
-from torch_xla_ext import _factory
+from torch_xla_ext import _factory, _json
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 from torch_xla_ext.graph_breaks.worker import EXIT_BAD_INPUT, MODES, run_mode
 
@@ -69,7 +69,7 @@ class Comparison:
                 "modes": {k: v.to_dict(timeline) for k, v in self.modes.items()}}
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+        return _json.dumps(self.to_dict(), **kwargs)
 
     @property
     def failures(self) -> dict[str, dict[str, Any]]:

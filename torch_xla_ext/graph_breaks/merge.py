@@ -41,6 +41,7 @@ import os
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+from torch_xla_ext import _json
 from torch_xla_ext.errors import NotFoundError
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 
@@ -99,7 +100,7 @@ class MergedReport:
         return d
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+        return _json.dumps(self.to_dict(), **kwargs)
 
     def to_markdown(self) -> str:
         what = f" (compare() results, modes {', '.join(self.modes)})" if self.kind == "compare" else ""

@@ -41,7 +41,7 @@ import json
 import os
 from typing import Any
 
-from torch_xla_ext import _device
+from torch_xla_ext import _device, _json
 from torch_xla_ext.errors import InternalError, InvalidArgumentError, NotFoundError
 
 __all__ = ["BREAK_FIGURES", "GraphBreakError", "WorkerError", "GraphBreakReport", "load_report", "SCHEMA"]
@@ -193,7 +193,7 @@ class GraphBreakReport:
         return d
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+        return _json.dumps(self.to_dict(), **kwargs)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "report") -> "GraphBreakReport":
@@ -206,6 +206,8 @@ class GraphBreakReport:
         schema = d.get("schema", SCHEMA)
         if schema != SCHEMA:
             raise GraphBreakError(f"{where}: schema {schema!r} is not {SCHEMA!r}")
+        # float fields as the one JSON rule writes a non-finite value ("nan", "inf", "-inf")
+        d = {k: _json.number(v) if k in _FLOAT_FIELDS else v for k, v in d.items()}
         # a report written before reports named their device
         return _validation.validate(cls, {"device": "unknown", **d}, GraphBreakError, where)
 
@@ -331,6 +333,9 @@ def _inherited(b: dict[str, Any]) -> str:
         return ""
     calls = ", ".join(f"`{c}`" for c in b.get("split_at") or [])
     return f" ({n} of them inherited: split at the call{'s' if len(b.get('split_at') or []) > 1 else ''} {calls})"
+
+
+_FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(GraphBreakReport) if f.type == "float")
 
 
 def load_report(path: str) -> GraphBreakReport:

@@ -29,10 +29,10 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Sequence
 
+from torch_xla_ext import _json
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 
 __all__ = ["collect", "to_chrome_trace", "write_trace"]
@@ -150,5 +150,5 @@ def write_trace(path: str, reports: Sequence[GraphBreakReport] | GraphBreakRepor
         raise GraphBreakError(f"write_trace: {len(labels)} labels for {len(reports)} reports")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(to_chrome_trace(reports, labels), f)
+        _json.dump(to_chrome_trace(reports, labels), f)
     return path

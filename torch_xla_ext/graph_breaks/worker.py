@@ -13,12 +13,11 @@ mode, so torch_xla's and Dynamo's process-wide caches start empty for each.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any, Callable
 
-from torch_xla_ext import _factory
+from torch_xla_ext import _factory, _json
 from torch_xla_ext.graph_breaks.ledger import account
 from torch_xla_ext.graph_breaks.report import GraphBreakError
 
@@ -152,5 +151,5 @@ def main(argv: list[str]) -> int:
         print(f"[bad-input] {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     with open(a.out, "w") as f:
-        json.dump(d, f)
+        _json.dump(d, f)
     return 0

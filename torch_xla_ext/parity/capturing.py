@@ -27,6 +27,7 @@ import json
 import os
 from typing import Any, Callable, Literal
 
+from torch_xla_ext import _json
 from torch_xla_ext.parity import runners
 from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityTypeError
 
@@ -70,7 +71,7 @@ class Capture:
                           "outputs": list(c.outputs)})
         for leaf, t in self.outputs.items():
             tensors[f"outputs{leaf}"] = t.detach().cpu().contiguous()
-        metadata = {"format": FORMAT, "calls": json.dumps(calls), "outputs": json.dumps(list(self.outputs)),
+        metadata = {"format": FORMAT, "calls": _json.dumps(calls), "outputs": _json.dumps(list(self.outputs)),
                     "dtype": self.dtype, "device": self.device, **{f"info.{k}": v for k, v in self.info.items()}}
         path = os.fspath(path)
         save_file(tensors, path, metadata=metadata)

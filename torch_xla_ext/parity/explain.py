@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from torch_xla_ext import _device, numerics
+from torch_xla_ext import _device, _dtypes, numerics
 from torch_xla_ext.parity.report import (
     REAL_DIFFERENCE,
     REASSOCIATION,
@@ -278,12 +278,15 @@ def _advice(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, d
     if causes == [REASSOCIATION]:
         return (f"the cause is reassociation (the same math in another order), not a bug: compare against the fp64 "
                 f"golden with a tolerance of about {tol} instead of CPU eager")
-    return (f"the cause is {named} (XLA rounds to {_DTYPE_WORDS.get(dtype, dtype)} in other "
+    return (f"the cause is {named} (XLA rounds to {_narrow_word(dtype)} in other "
             f"places than CPU eager), not a bug: compare against the rounded replay (exactly) or the fp64 golden with "
             f"a tolerance of about {tol} instead of CPU eager")
 
 
-_DTYPE_WORDS = {"torch.bfloat16": "bf16", "bfloat16": "bf16", "torch.float16": "f16", "float16": "f16"}
+def _narrow_word(dtype: str) -> str:
+    """"bf16" for bfloat16 (and "torch.bfloat16"), "f16" for float16: their MLIR names."""
+    row = _dtypes.by_name(dtype.removeprefix("torch."))
+    return row.mlir if row is not None and row.name in _dtypes.NARROW_FLOATS else dtype
 
 
 def lead_sentence(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, dtype: str) -> str:

@@ -44,7 +44,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -52,6 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.replays import Replay
 from torch_xla_ext.parity.stablehlo import Program, functions, parse
@@ -71,7 +71,8 @@ ADAPTER_DIALECTS = ("arith", "builtin", "chlo", "func", "scf", "sdy", "shape", "
 # Ours: what a program of torch_xla's may contain once rewritten.
 _OUTPUT_DIALECTS = ("builtin", "chlo", "func", "sdy", "stablehlo")
 # Unit roundoff (half an ULP at 1) of each float type the program may round to.
-_UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 2.0 ** -24, "f64": 2.0 ** -53}
+_UNIT_ROUNDOFF = {_dtypes.by_name(n).mlir: 2.0 ** -(_dtypes.float_format(n)[1] + 1)
+                  for n in ("bfloat16", "float16", "float32", "float64")}
 # Colours of the threshold bands: within one rounding, up to the 75th percentile, the 90th, beyond.
 _BANDS = ("#ffffff", "#fee6ce", "#fdae6b", "#e6550d")
 _BEYOND = 1e300  # JSON has no infinity; larger than any relative error
@@ -331,13 +332,13 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
     graph = {"name": f"relative error vs exact fp64 ({kind} roundings)", "results": results,
              "thresholds": thresholds(kind, [v["value"] for v in results.values()])}
     with open(data_path, "w") as f:
-        json.dump({"main": graph}, f, indent=1)
+        _json.dump({"main": graph}, f, indent=1)
     names_path = os.path.join(directory, NAMES_FILE)
     with open(names_path, "w") as f:
-        json.dump(names, f, indent=1)
+        _json.dump(names, f, indent=1)
     modules_path = os.path.join(directory, MODULES_FILE)
     with open(modules_path, "w") as f:
-        json.dump(_module_table(text, module_paths), f, indent=1)
+        _json.dump(_module_table(text, module_paths), f, indent=1)
     return {"program": program_path, "node_data": data_path, "node_names": names_path, "module_paths": modules_path}
 
 

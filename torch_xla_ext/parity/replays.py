@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from torch_xla_ext import _dtypes
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.runners import release_freed_memory
@@ -47,7 +48,7 @@ from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, _first_line, 
 __all__ = ["NARROW_FORMATS", "Replay", "replay"]
 
 # (exponent bits, mantissa bits) of each narrow float (cc/parity's IsNarrowFloat says which are).
-NARROW_FORMATS = {"bf16": (8, 7), "f16": (5, 10)}
+NARROW_FORMATS = {_dtypes.by_name(n).mlir: _dtypes.float_format(n) for n in _dtypes.NARROW_FLOATS}
 # torch_xla's SPMD annotation: the value is unchanged (one device here).
 _IDENTITY_CUSTOM_CALLS = frozenset({"Sharding"})
 _SHARDING_ATTRS = ("mhlo.sharding",)
@@ -56,14 +57,10 @@ _MODULE_SPMD_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas", "mhlo.spmd_out
 
 
 def _numpy_dtype(et: str) -> np.dtype:
-    import ml_dtypes
-
-    table = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32, "f64": np.float64,
-             "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-             "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64}
-    if et not in table:
+    row = _dtypes.by_mlir(et)
+    if row is None:
         raise ReplayError(f"main takes an argument of element type {et}, which the replay cannot pass")
-    return np.dtype(table[et])
+    return _dtypes.numpy_dtype(row.name)
 
 
 class _Rewriter:

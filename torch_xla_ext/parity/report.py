@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import math
 from typing import Any
 
-from torch_xla_ext import _device, numerics
+from torch_xla_ext import _device, _json, numerics
 from torch_xla_ext.parity.stablehlo import RoundingPoint
 
 __all__ = ["CAUSES", "LayerParity", "ModuleParity", "OutputParity", "ParityReport", "Verdict"]
@@ -38,7 +37,7 @@ class Verdict(str, enum.Enum):
 
 
 def _finite(v: Any) -> Any:
-    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+    return _json.encode(v)  # the one JSON rule: a non-finite float as "nan"/"inf"/"-inf"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +236,7 @@ class ParityReport:
         return d
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+        return _json.dumps(self.to_dict(), **kwargs)
 
     def module_table(self) -> str:
         """The per-module localisation as a text table (completion order: children first)."""

@@ -15,17 +15,11 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from torch_xla_ext import _dtypes
 from torch_xla_ext.parity.errors import HloCaptureError, ParityError, ParityTypeError
 
 __all__ = ["UserFailure", "XlaRun", "call", "float_leaves", "move", "prepare", "run_cpu", "run_xla", "torch_dtype",
            "to_numpy", "user_rng_preserved"]
-
-_DTYPE_NAMES = {
-    "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f16": "float16", "float16": "float16",
-    "half": "float16", "fp32": "float32", "f32": "float32", "float32": "float32", "float": "float32",
-    "fp64": "float64", "f64": "float64", "float64": "float64", "double": "float64",
-}
-
 
 def torch_dtype(dtype: Any, what: str = "dtype"):
     """A torch floating dtype from "bf16"/"fp32"/... or a torch.dtype; None stays None."""
@@ -40,10 +34,10 @@ def torch_dtype(dtype: Any, what: str = "dtype"):
     if not isinstance(dtype, str):
         raise ParityTypeError(f"{what}: expected one of bf16, fp16, fp32, fp64 or a torch.dtype, got "
                               f"{type(dtype).__name__}")
-    name = _DTYPE_NAMES.get(dtype.removeprefix("torch.").lower())
-    if name is None:
+    row = _dtypes.find(dtype.lower())  # names, MLIR types and aliases, with or without "torch."
+    if row is None or not row.is_float or row.name.startswith("float8"):
         raise ParityError(f"{what}: expected one of bf16, fp16, fp32, fp64 or a torch.dtype, got {dtype!r}")
-    return getattr(torch, name)
+    return getattr(torch, row.name)
 
 
 class UserFailure(Exception):

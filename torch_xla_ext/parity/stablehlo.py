@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator
 
+from torch_xla_ext import _mlir_graph
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 
@@ -70,15 +71,6 @@ class FunctionGraph:
     mlir_types: list[Any]  # per value id, its MLIR type before any rewrite
 
 
-def _element_type(t: Any) -> tuple[list[int], str]:
-    from jax.extend.mlir import ir
-
-    if ir.RankedTensorType.isinstance(t):
-        rt = ir.RankedTensorType(t)
-        return [int(d) if d >= 0 else -1 for d in rt.shape], str(rt.element_type)
-    return [], ""
-
-
 def _location_name(loc: Any) -> str:
     """``loc("dot.5")`` -> ``dot.5``; the first name of a fused location; "" when unknown."""
     text = str(loc)
@@ -91,78 +83,15 @@ def _location_name(loc: Any) -> str:
     return text[start + 1:end]
 
 
-def _walk(block: Any, parent: int, out: list[tuple[Any, int, Any]]) -> None:
-    ops = list(block.operations)
-    for i, op in enumerate(ops):
-        op = op.operation
-        out.append((op, parent, ops[i + 1].operation if i + 1 < len(ops) else None))
-        me = len(out) - 1
-        for region in op.regions:
-            for inner in region.blocks:
-                _walk(inner, me, out)
-
-
 def build_graph(func: Any, excess_precision: bool = True) -> FunctionGraph:
-    """The value graph of one ``func.func`` and cc/parity's rounding points over it."""
-    from jax.extend.mlir import ir
-
-    name = ir.StringAttr(func.attributes["sym_name"]).value
-    body = func.regions[0].blocks[0]
-    value_ids: dict[Any, int] = {}
-    values: list[Any] = []
-    types: list[tuple[list[int], str]] = []
-    mlir_types: list[Any] = []
-
-    def define(v: Any) -> int:
-        value_ids[v] = len(values)
-        values.append(v)
-        mlir_types.append(v.type)
-        types.append(_element_type(v.type))
-        return len(values) - 1
-
-    for a in body.arguments:
-        define(a)
-    num_args = len(values)
-    walked: list[tuple[Any, int, Any]] = []
-    _walk(body, -1, walked)
-    ops, next_op, op_tuples, returned, operand_ids = [], [], [], [], []
-    for w, (op, parent, nxt) in enumerate(walked):
-        if op.name == "func.return" and parent == -1:
-            if w != len(walked) - 1:
-                raise ReplayError(f"{name}: func.return is not the function's last op")
-            returned = [value_ids[v] for v in op.operands]
-            continue
-        region_args = [define(a) for region in op.regions for blk in region.blocks for a in blk.arguments]
-        try:
-            operands = [value_ids[v] for v in op.operands]
-        except KeyError:
-            raise ReplayError(f"{name}: {op.name} reads a value defined outside the function") from None
-        results = [define(r) for r in op.results]
-        attrs = []
-        if op.name == "stablehlo.dot_general":
-            dims = ir.Attribute(op.attributes["dot_dimension_numbers"])
-            attrs.append(("batching_dims", str(len(_dot_batching_dims(dims)))))
-        op_tuples.append([op.name, operands, results, parent, region_args, attrs])
-        operand_ids.append(operands)
-        ops.append(op)
-        next_op.append(nxt)
+    """The value graph of one ``func.func`` (the one MLIR walker, torch_xla_ext/_mlir_graph.py) and
+    cc/parity's rounding points over it."""
+    g = _mlir_graph.walk(func, error=ReplayError)
     # The walk's indices are the graph's: the function's return, left out, is its last op.
-    analysis = _core.find_rounding_points(types, num_args, [tuple(t) for t in op_tuples], returned,
-                                          excess_precision)
-    return FunctionGraph(name, func, ops, values, types, num_args, returned, analysis, next_op, operand_ids,
-                         mlir_types)
-
-
-def _dot_batching_dims(dims: Any) -> list[int]:
-    """lhs batching dimensions of a ``#stablehlo.dot<...>`` attribute."""
-    text = str(dims)
-    key = "lhs_batching_dimensions = ["
-    start = text.find(key)
-    if start < 0:
-        return []
-    end = text.find("]", start)
-    inner = text[start + len(key):end].strip()
-    return [int(x) for x in inner.split(",") if x.strip()]
+    op_tuples = [(o.name, o.operands, o.results, o.parent, o.region_args, o.attributes) for o in g.graph_ops]
+    analysis = _core.find_rounding_points(g.value_types, g.num_args, op_tuples, g.returned, excess_precision)
+    return FunctionGraph(g.name, func, g.ops, g.values, g.value_types, g.num_args, g.returned, analysis, g.next_op,
+                         [o.operands for o in g.graph_ops], g.mlir_types)
 
 
 class Program:
