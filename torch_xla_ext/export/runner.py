@@ -18,8 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from torch_xla_ext.export import graph
-from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
+from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle, mlir_module
 from torch_xla_ext.export.errors import BundleError, RunInputError
 from torch_xla_ext.export.manifest import MANIFEST_FILE, PYTHON_PREFIX, dtype_name, is_python_constant, np_dtype
 
@@ -27,16 +26,19 @@ _EXECUTABLES: dict[tuple[str, int], Any] = {}
 _LOCK = threading.Lock()
 
 
-def _executable(text: str, n: int):
+def _executable(text: str, resources: dict[str, np.ndarray], n: int):
     from torch_xla_ext._compat import jax_mlir
 
+    # Inlined values are named by a digest of their bytes (bundle.resource_name), so the text
+    # identifies the program.
     key = (hashlib.sha256(text.encode()).hexdigest(), n)
     with _LOCK:
         if key not in _EXECUTABLES:
             client = jax_mlir.cpu_client(n)
-            ctx, module = graph.parse(text, MODULE_FILE)
+            ctx, module = mlir_module(text, resources, MODULE_FILE)
             with ctx:
                 code = jax_mlir.module_to_bytecode(module)
+            del module  # XLA reads the bytecode: the bound values need not stay twice
             try:
                 exe = jax_mlir.compile_replicated(client, code, n)
             except RuntimeError as e:  # parses and verifies, but XLA cannot compile it
@@ -118,6 +120,6 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
                 raise RunInputError(f"user_inputs[{r}]: expected a tuple of replica {r}'s user inputs, "
                                     f"got {type(u).__name__}")
         per_replica = [_arguments(bundle, tuple(u), r) for r, u in enumerate(user_inputs)]
-    client, exe = _executable(bundle.module_text, num_replicas)
+    client, exe = _executable(bundle.module_text, bundle.resources, num_replicas)
     by_replica = jax_mlir.execute_replicated(client, exe, per_replica)
     return by_replica[0] if num_replicas == 1 else by_replica

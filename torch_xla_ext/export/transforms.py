@@ -1,6 +1,7 @@
 """Rewrites of a bundle's `main` (each gives a new Bundle and appends to `manifest.transforms`):
 `strip_tokens` (collective tokens made inside), `inline_constants` (lifted constants, optionally
-weights, as module constants); and `to_jax`, the token-free program as a `jax.export.Exported`
+weights, as module constants that stay arrays: `dense_resource<name>` in the text, the values in
+`Bundle.resources`); and `to_jax`, the token-free program as a `jax.export.Exported`
 with its weights kept as arrays bound to its leading arguments (a `JaxExport`; saved as jax's own
 versioned format plus a safetensors file, read back with `load_jax`).
 
@@ -20,19 +21,12 @@ from typing import Any
 import numpy as np
 
 from torch_xla_ext.export import graph, tensor_file
-from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
+from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle, mlir_module, resource_name, used_resources
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
                                         RunInputError, WeightsTooLargeError)
 from torch_xla_ext.export.manifest import MLIR_TYPES, dtype_name, is_python_constant, np_dtype
 
 _INNER = "_txe_main_inner"
-
-# inline_constants writes each value as MLIR hex text (2 characters a byte), which MLIR's parser
-# reads back into an attribute and the bytecode writer copies again: memory grows with a multiple
-# of the data (GPT-2 124M's 500 MB of weights peaked at 23.9 GB). Past this, raise and name
-# to_jax, which keeps weights as arrays.
-INLINE_LIMIT_BYTES = 64 * 2**20
-
 
 def _dense_literal(arr: np.ndarray, dtype: str) -> str:
     ty = f"tensor<{''.join(f'{d}x' for d in arr.shape)}{MLIR_TYPES[dtype]}>"
@@ -46,10 +40,22 @@ def _dense_literal(arr: np.ndarray, dtype: str) -> str:
     return f'stablehlo.constant dense<"0x{data.hex().upper()}"> : {ty}'
 
 
-def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str, order: list[int] | None = None) -> Bundle:
+def _resource_constant(arr: np.ndarray, dtype: str, resources: dict[str, np.ndarray]) -> str:
+    """The constant op of an inlined array: `dense_resource<name>`, the array kept in `resources`
+    under its digest name (text holds no data; bundle.mlir_module binds it when compiling)."""
+    if arr.size == 0:
+        return _dense_literal(arr, dtype)
+    name = resource_name(arr, dtype)
+    resources.setdefault(name, arr)
+    ty = f"tensor<{''.join(f'{d}x' for d in arr.shape)}{MLIR_TYPES[dtype]}>"
+    return f"stablehlo.constant dense_resource<{name}> : {ty}"
+
+
+def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str, order: list[int] | None = None,
+             resources: dict[str, np.ndarray] | None = None) -> Bundle:
     """A bundle whose new `main` takes every argument but `drop` (index -> constant op text), in
     `order` (old indices; default: as before), and calls the old `main`, renamed private, with
-    those made inside."""
+    those made inside; `resources` are the values of new `dense_resource` constants."""
     from jax.extend.mlir import ir
 
     keep = [i for i in (order if order is not None else range(len(bundle.manifest.inputs))) if i not in drop]
@@ -111,7 +117,8 @@ def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str, order: list[i
             operand_inputs=sorted(new_index[i] for i in c.operand_inputs if i in new_index)))
     manifest = dataclasses.replace(m, inputs=inputs, collectives=colls, transforms=m.transforms + [transform])
     used = {inp.file for inp in inputs if inp.file}
-    return Bundle(text, manifest, {k: v for k, v in bundle.arrays.items() if k in used})
+    values = used_resources(text, {**bundle.resources, **(resources or {})}, f"{transform} output")
+    return Bundle(text, manifest, {k: v for k, v in bundle.arrays.items() if k in used}, resources=values)
 
 
 def strip_tokens(bundle: Bundle) -> Bundle:
@@ -129,24 +136,22 @@ def strip_tokens(bundle: Bundle) -> Bundle:
 
 def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
     """A bundle whose lifted constants (and, with weights=True, parameters and buffers) are
-    constants inside the module instead of `main` arguments. The values become MLIR text, so
-    more than ``INLINE_LIMIT_BYTES`` raises WeightsTooLargeError (``to_jax`` takes any size).
+    constants inside the module instead of `main` arguments. The values never become text: the
+    module names each ``dense_resource<txe_...>`` and the arrays stay in ``Bundle.resources``
+    (saved as ``resources/<name>.npy``, bound as dense attributes only when compiled), so any
+    size inlines; only ``to_jax`` of the result puts them into jax.export's 2 GiB flatbuffer.
 
     Example: ``b = inline_constants(bundle, weights=True)`` leaves only user inputs and tokens.
     """
     bundle = as_bundle(bundle)
     kinds = ("constant", "parameter", "buffer") if weights else ("constant",)
-    chosen = [inp for inp in bundle.manifest.inputs if inp.kind in kinds]
-    total = sum(np.asarray(bundle.arrays[inp.file]).nbytes for inp in chosen)
-    if total > INLINE_LIMIT_BYTES:
-        raise WeightsTooLargeError(
-            f"inline_constants(weights={weights}): {total} bytes of {'/'.join(kinds)} arrays exceed "
-            f"INLINE_LIMIT_BYTES ({INLINE_LIMIT_BYTES}): inlined values are MLIR text; use export.to_jax(bundle), "
-            f"which keeps weights as arrays bound to the program's arguments, or run the bundle as it is")
-    drop = {}
-    for inp in chosen:
-        drop[inp.index] = _dense_literal(np.asarray(bundle.arrays[inp.file]), inp.dtype)
-    return _rewrite(bundle, drop, "inline_constants(weights=True)" if weights else "inline_constants")
+    drop: dict[int, str] = {}
+    resources: dict[str, np.ndarray] = {}
+    for inp in bundle.manifest.inputs:
+        if inp.kind in kinds:
+            drop[inp.index] = _resource_constant(np.asarray(bundle.arrays[inp.file]), inp.dtype, resources)
+    return _rewrite(bundle, drop, "inline_constants(weights=True)" if weights else "inline_constants",
+                    resources=resources)
 
 
 
@@ -209,7 +214,10 @@ class JaxExport:
         try:
             data = jax_export.serialize(self.exported, dest)
         except ValueError as e:  # over jax.export's flatbuffer limit
-            raise BundleError(str(e)) from None
+            raise WeightsTooLargeError(
+                f"{e}; values inlined into the module (inline_constants) count towards it: call to_jax on the "
+                f"bundle before inline_constants, which keeps weights as arrays beside the program, or save and "
+                f"run the inlined bundle itself (Bundle.save, export.run), which has no such limit") from None
         with open(dest, "wb") as f:
             f.write(data)
         meta = {"format": _FORMAT, "order": json.dumps(list(self.weight_names))}
@@ -305,8 +313,9 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
     state = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]
     small = [i for i in state if i.dtype in _NARROWED]
     small = small if sum(np.asarray(stripped.arrays[i.file]).nbytes for i in small) <= _NARROWED_INLINE_BYTES else []
-    lean = _rewrite(stripped, {i.index: _dense_literal(np.asarray(stripped.arrays[i.file]), i.dtype) for i in small},
-                    "inline_constants(64-bit)") if small else stripped
+    values: dict[str, np.ndarray] = {}
+    lean = _rewrite(stripped, {i.index: _resource_constant(np.asarray(stripped.arrays[i.file]), i.dtype, values)
+                               for i in small}, "inline_constants(64-bit)", resources=values) if small else stripped
     m = lean.manifest
     bound = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]
     users = sorted((i for i in m.inputs if i.kind == "user_input"), key=lambda i: i.position)
@@ -325,9 +334,10 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
             f"with export.run, which has no such limit")
     kept = tuple(range(len(bound))) + tuple(len(bound) + k for k, u in enumerate(tensors) if u["used"])
     out_avals = tuple(jax.core.ShapedArray(tuple(o["shape"]), np_dtype(o["dtype"])) for o in m.outputs)
-    ctx, module = graph.parse(lean.module_text, MODULE_FILE)
+    ctx, module = mlir_module(lean.module_text, lean.resources, MODULE_FILE)
     with ctx:
         code = jax_mlir.module_to_bytecode(module)
+    del module
     serialized = jmlir.serialize_portable_artifact(code, jax_mlir.stablehlo_export_target_version())
     exported = jax_export.exported(
         fun_name="main",
