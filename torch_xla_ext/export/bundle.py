@@ -103,12 +103,12 @@ def portable_artifact_of(text: str, resources: dict[str, np.ndarray] | None = No
 
     from torch_xla_ext._compat import jax_mlir
 
-    ctx, module = mlir_module(text, resources or {}, MODULE_FILE)
+    ctx, module, _ = mlir_module(text, resources or {}, MODULE_FILE)
     with ctx:
         version = jax_mlir.stablehlo_current_version()
         code = jax_mlir.module_to_bytecode(module)
-        del module  # the bound values: free them before the artifact copies them again
-        return version, jmlir.serialize_portable_artifact(code, version)
+    del module, ctx  # the bound values (the context owns them): freed before the artifact copies them again
+    return version, jmlir.serialize_portable_artifact(code, version)
 
 
 # --- inlined values: `dense_resource<name>` in the text, arrays beside it ----------------------
@@ -118,7 +118,11 @@ def resource_name(arr: np.ndarray, dtype: str) -> str:
     """The name an inlined value gets: a digest of its dtype, shape and bytes, so equal values
     share one array and a module's text identifies its program (run caches by the text)."""
     h = hashlib.blake2b(f"{dtype}{list(arr.shape)}".encode(), digest_size=16)
-    h.update(np.ascontiguousarray(arr).view(np.uint8).reshape(-1).data if arr.size else b"")
+    if arr.flags.c_contiguous:
+        h.update(arr.reshape(-1).view(np.uint8))
+    else:  # a view (broadcast, transposed): its elements in order, a block at a time, never all copied
+        for block in np.nditer(arr, flags=["external_loop", "buffered", "zerosize_ok"], buffersize=2**18, order="C"):
+            h.update(np.ascontiguousarray(block).view(np.uint8))
     return f"txe_{h.hexdigest()}"
 
 
@@ -143,26 +147,45 @@ def _walk(op):
                 yield from _walk(inner)
 
 
-def resource_constants(module, where: str) -> list[tuple[Any, str, list[int], str]]:
-    """(op, name, shape, dtype) of every constant whose value is a ``dense_resource``; a
+def resource_of(op, where: str) -> tuple[str, list[int], str] | None:
+    """(name, shape, dtype) of a constant whose value is a ``dense_resource``, else None; a
     BundleError for a resource name we do not write (the name becomes a file name)."""
     from jax.extend.mlir import ir
 
     from torch_xla_ext._compat import jax_mlir
 
-    out = []
-    for op in _walk(module.operation):
-        value = op.attributes["value"] if "value" in op.attributes else None
-        if value is None or not jax_mlir.isa(value, ir.DenseResourceElementsAttr):
-            continue
-        text = str(value)
-        name = text[len("dense_resource<"):text.index(">")]
-        if not _RESOURCE_NAME.match(name):
-            raise BundleError(f"{where}: constant dense_resource<{name[:80]}> is not a resource name "
-                              f"inline_constants writes (txe_ and 32 hex digits)")
-        shape, dtype = graph.tensor_type(value.type, f"{where}: constant dense_resource<{name}>")
-        out.append((op, name, shape, dtype))
-    return out
+    value = op.attributes["value"] if "value" in op.attributes else None
+    if value is None or not jax_mlir.isa(value, ir.DenseResourceElementsAttr):
+        return None
+    text = str(value)
+    name = text[len("dense_resource<"):text.index(">")]
+    if not _RESOURCE_NAME.match(name):
+        raise BundleError(f"{where}: constant dense_resource<{name[:80]}> is not a resource name "
+                          f"inline_constants writes (txe_ and 32 hex digits)")
+    shape, dtype = graph.tensor_type(value.type, f"{where}: constant dense_resource<{name}>")
+    return name, shape, dtype
+
+
+def constant_to_argument(func, op) -> None:
+    """Makes `op` (a constant at the top of `func`) a new last argument of `func` instead."""
+    from jax.extend.mlir import ir
+
+    block = func.regions[0].blocks[0]
+    arg = block.add_argument(op.result.type, ir.Location.unknown(context=func.context))
+    op.result.replace_all_uses_with(arg)
+    op.operation.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    func.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([a.type for a in block.arguments], list(ftype.results), context=func.context))
+    if "arg_attrs" in func.attributes:
+        old = ir.ArrayAttr(func.attributes["arg_attrs"])
+        func.attributes["arg_attrs"] = ir.ArrayAttr.get(
+            [old[k] for k in range(len(old))] + [ir.DictAttr.get({}, context=func.context)], context=func.context)
+
+
+def resource_constants(module, where: str) -> list[tuple[Any, str, list[int], str]]:
+    """(op, name, shape, dtype) of every constant whose value is a ``dense_resource``."""
+    return [(op, *found) for op in _walk(module.operation) if (found := resource_of(op, where))]
 
 
 def _dense(arr: np.ndarray, dtype: str):
@@ -179,27 +202,46 @@ def _dense(arr: np.ndarray, dtype: str):
     return ir.DenseElementsAttr.get(data, type=ir.Type.parse(MLIR_TYPES[dtype]), shape=shape)
 
 
-def mlir_module(text: str, resources: dict[str, np.ndarray], where: str):
-    """(context, module) of a bundle's text with every ``dense_resource<name>`` constant bound to
-    ``resources[name]`` as a dense attribute (one copy of the array, inside MLIR; never text).
-    A BundleError names a resource that is missing or whose array does not match its type."""
+def mlir_module(text: str, resources: dict[str, np.ndarray], where: str, *, as_arguments: bool = False):
+    """(context, module, names) of a bundle's text with every ``dense_resource<name>`` constant
+    bound to ``resources[name]`` as a dense attribute (one copy of the array, inside MLIR; never
+    text). With ``as_arguments``, those at the top of ``main`` (where inline_constants puts them)
+    become trailing arguments of ``main`` instead, ``names`` saying which resource each takes:
+    an executor passes the arrays as it passes weights, and the optimization barrier that follows
+    them keeps the program the one the constants make. A BundleError names a resource that is
+    missing or whose array does not match its type."""
     from jax.extend.mlir import ir
 
     ctx, module = graph.parse(text, where)
+    names: list[str] = []
+
+    def value(name: str, shape: list[int], dtype: str) -> np.ndarray:
+        if name not in resources:
+            raise BundleError(f"{where}: constant dense_resource<{name}> has no value (the bundle's resources "
+                              f"lack it)")
+        arr = np.asarray(resources[name])
+        if list(arr.shape) != shape or dtype_name(arr.dtype) != dtype:
+            raise BundleError(f"{where}: resource {name} is {dtype_name(arr.dtype)}{list(arr.shape)}, but its "
+                              f"constant is {dtype}{shape}")
+        return arr
+
     with ctx, ir.Location.unknown():
+        if as_arguments:
+            main = graph.main_func(module, where)
+            block = main.regions[0].blocks[0]
+            for op in list(block.operations):
+                found = resource_of(op, where)
+                if found is None:
+                    continue
+                value(*found)
+                constant_to_argument(main, op)
+                names.append(found[0])
         made: dict[str, Any] = {}
         for op, name, shape, dtype in resource_constants(module, where):
             if name not in made:
-                if name not in resources:
-                    raise BundleError(f"{where}: constant dense_resource<{name}> has no value (the bundle's "
-                                      f"resources lack it)")
-                arr = np.asarray(resources[name])
-                if list(arr.shape) != shape or dtype_name(arr.dtype) != dtype:
-                    raise BundleError(f"{where}: resource {name} is {dtype_name(arr.dtype)}{list(arr.shape)}, but "
-                                      f"its constant is {dtype}{shape}")
-                made[name] = _dense(arr, dtype)
+                made[name] = _dense(value(name, shape, dtype), dtype)
             op.attributes["value"] = made[name]
-    return ctx, module
+    return ctx, module, names
 
 
 def array_key(kind: str, name: str | None, index: int) -> str:

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from torch_xla_ext.export import graph, tensor_file
-from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle, mlir_module, resource_name, used_resources
+from torch_xla_ext.export.bundle import (MODULE_FILE, Bundle, as_bundle, constant_to_argument, mlir_module, resource_name,
+                                         resource_of, used_resources)
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
                                         RunInputError, WeightsTooLargeError)
 from torch_xla_ext.export.manifest import MLIR_TYPES, dtype_name, is_python_constant, np_dtype
@@ -70,6 +71,16 @@ def _rewrite(bundle: Bundle, drop: dict[int, str], transform: str, order: list[i
                  if "sym_name" in op.attributes}
         inner = next(f"{_INNER}{k}" for k in range(len(names) + 1) if f"{_INNER}{k}" not in names)
         block = main.regions[0].blocks[0]
+        # Values inlined before (inline_constants) move up into the new `main` with the new ones,
+        # so every inlined value stays at the top of `main`, where run binds them as arguments.
+        hoisted = {}
+        for op in list(block.operations):
+            found = resource_of(op, MODULE_FILE)
+            if found is not None:
+                op_text = f"stablehlo.constant dense_resource<{found[0]}> : {op.result.type}"
+                constant_to_argument(main, op)
+                hoisted[len(block.arguments) - 1] = op_text
+        drop = {**drop, **hoisted}
         arg_types = [str(a.type) for a in block.arguments]
         ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         result_types = [str(t) for t in ftype.results]
@@ -309,6 +320,13 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
     if not isinstance(platform, str) or not platform:
         raise BundleError(f"platform: expected a JAX platform name such as 'cpu', got {platform!r}")
     stripped = strip_tokens(bundle)
+    inlined = sum(np.asarray(a).nbytes for a in stripped.resources.values())
+    if inlined >= jax_export.SERIALIZED_LIMIT:  # refused before materializing what cannot be serialized
+        raise WeightsTooLargeError(
+            f"to_jax: the bundle's {inlined} bytes of values inlined into the module (inline_constants) go into "
+            f"jax.export's serialized module, which holds less than {jax_export.SERIALIZED_LIMIT} bytes (2 GiB, "
+            f"flatbuffers' limit): call to_jax on the bundle before inline_constants, which keeps weights as "
+            f"arrays beside the program, or save and run the inlined bundle itself (Bundle.save, export.run)")
     m = stripped.manifest
     state = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]
     small = [i for i in state if i.dtype in _NARROWED]
@@ -334,10 +352,10 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
             f"with export.run, which has no such limit")
     kept = tuple(range(len(bound))) + tuple(len(bound) + k for k, u in enumerate(tensors) if u["used"])
     out_avals = tuple(jax.core.ShapedArray(tuple(o["shape"]), np_dtype(o["dtype"])) for o in m.outputs)
-    ctx, module = mlir_module(lean.module_text, lean.resources, MODULE_FILE)
+    ctx, module, _ = mlir_module(lean.module_text, lean.resources, MODULE_FILE)
     with ctx:
         code = jax_mlir.module_to_bytecode(module)
-    del module
+    del module, ctx
     serialized = jmlir.serialize_portable_artifact(code, jax_mlir.stablehlo_export_target_version())
     exported = jax_export.exported(
         fun_name="main",
