@@ -39,7 +39,7 @@ import tool_venv  # noqa: E402
 
 # Tool venvs: the pin (jax 0.7.1) and the newest jax the registry serves for Python 3.11.
 RELEASES = {"jax_0_7_1": "0.7.1", "jax_0_10_2": "0.10.2"}
-# Small in parameters: inline_constants writes every weight into the module as text.
+# Small in parameters: each route compiles the whole model in every JAX-only venv.
 ZOO = ("vit", "gpt2")
 
 pytestmark = pytest.mark.skipif("TEST_SRCDIR" not in os.environ and os.environ.get("TXE_JAX_ONLY") != "1",

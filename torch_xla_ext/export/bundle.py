@@ -155,8 +155,9 @@ def resource_of(op, where: str) -> tuple[str, list[int], str] | None:
     from torch_xla_ext._compat import jax_mlir
 
     value = op.attributes["value"] if "value" in op.attributes else None
-    if value is None or not jax_mlir.isa(value, ir.DenseResourceElementsAttr):
+    if value is None or not jax_mlir.is_dense_resource(value):
         return None
+    value = ir.DenseResourceElementsAttr(value)  # (jaxlib 0.10 hands back a plain Attribute)
     text = str(value)
     name = text[len("dense_resource<"):text.index(">")]
     if not _RESOURCE_NAME.match(name):
