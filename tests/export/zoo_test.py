@@ -2,10 +2,9 @@
 same export, manifest roles against torch.export's graph signature, output names against
 torch.utils._pytree, int64 kept, and the round trips of to_jax and inline_constants (checks in
 zoo_checks.py). A model whose shapes depend on its inputs' values (the MoE) has no one program: its
-export must be refused with
-the typed error naming the guard, checked against torch.export's own report and torch_xla's
-metrics (lazy_fallback_checks.py). Bazel runs it in groups of models (`-k`), one export per model
-per process."""
+export must be refused with the typed error naming the guard, checked against torch.export's own
+report and torch_xla's metrics (lazy_fallback_checks.py). Bazel runs it in groups of models (`-k`),
+one export per model per process."""
 
 import os
 import sys
