@@ -98,6 +98,14 @@ def test_inlined_weights_stay_arrays(small_and_large, tmp_path):
     assert "dense_resource" not in before_main
     lean.save(tmp_path / "b")
     assert export.load(tmp_path / "b").manifest.format_version == export.manifest.RESOURCES_FORMAT_VERSION
+    assert not os.path.exists(tmp_path / "b" / "module.mlirbc")  # by default: it would hold the values again
+    # asked for, the artifact is self-contained: loaded from it alone, the values are in the module
+    lean.save(tmp_path / "art", portable_artifact=True)
+    assert os.path.getsize(tmp_path / "art" / "module.mlirbc") > weight_bytes
+    os.remove(tmp_path / "art" / "module.mlir")
+    from_artifact = export.load(tmp_path / "art")
+    assert from_artifact.resources == {}
+    np.testing.assert_array_equal(export.run(from_artifact, xl.numpy())[0], export.run(large, xl.numpy())[0])
     on_disk = sum(os.path.getsize(tmp_path / "b" / "resources" / f) for f in os.listdir(tmp_path / "b" / "resources"))
     assert weight_bytes <= on_disk < weight_bytes + 4096 * len(lean.resources)  # .npy headers
     assert os.path.getsize(tmp_path / "b" / "module.mlir") < weight_bytes / 10
