@@ -214,21 +214,29 @@ class JaxExport:
             raise RunInputError(f"user_inputs: expected {len(self.in_avals)} tensor user inputs, got {len(user_inputs)}")
         return self.exported.call(*self.weights, *user_inputs)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Writes ``path/exported.jax`` (``jax.export.serialize``) and ``path/weights.safetensors``
-        (the safetensors format, written with numpy alone: see :mod:`.tensor_file`)."""
-        path = os.fspath(path)
-        os.makedirs(path, exist_ok=True)
+    def serialize(self, where: str = "JaxExport.exported") -> bytes:
+        """``jax.export.serialize`` of ``exported`` (the program alone: the weights are not in
+        it); past its 2 GiB flatbuffer, WeightsTooLargeError naming the limit and the route.
+
+        Example: ``jax.export.deserialize(to_jax(bundle).serialize())``.
+        """
         from torch_xla_ext._compat import jax_export
 
-        dest = os.path.join(path, EXPORTED_FILE)
         try:
-            data = jax_export.serialize(self.exported, dest)
+            return jax_export.serialize(self.exported, where)
         except ValueError as e:  # over jax.export's flatbuffer limit
             raise WeightsTooLargeError(
                 f"{e}; values inlined into the module (inline_constants) count towards it: call to_jax on the "
                 f"bundle before inline_constants, which keeps weights as arrays beside the program, or save and "
                 f"run the inlined bundle itself (Bundle.save, export.run), which has no such limit") from None
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes ``path/exported.jax`` (``jax.export.serialize``) and ``path/weights.safetensors``
+        (the safetensors format, written with numpy alone: see :mod:`.tensor_file`)."""
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        dest = os.path.join(path, EXPORTED_FILE)
+        data = self.serialize(dest)
         with open(dest, "wb") as f:
             f.write(data)
         meta = {"format": _FORMAT, "order": json.dumps(list(self.weight_names))}
