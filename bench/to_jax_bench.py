@@ -3,6 +3,9 @@
 (``resource.getrusage``) is compared with the budget 3 x float32 weights + 2 GiB (issue 19.2).
 Anchor, measured in the same run: ``export.run`` of the same bundle in its own fresh process (load +
 compile + run), so the figures read as ratios to what running the bundle costs anyway.
+A third fresh process measures ``inline_constants(weights=True)`` + ``Bundle.save`` + ``load`` +
+``run`` against the same budget (the inlined weights stay arrays: ``dense_resource`` constants);
+``--no-inline`` skips it.
 
 The bundle is made once in a first process (torch + torch_xla export; its memory is not counted).
 Check ``free -g`` first: the export process needs ~4 GB, the measured ones ~2-3 GB.
@@ -99,6 +102,41 @@ def measure(bundle_dir: str, out_dir: str) -> dict:
             "max_abs_diff_vs_run": float(np.abs(logits - want).max()), "logit_scale": scale}
 
 
+def inline(bundle_dir: str, out_dir: str) -> dict:
+    import numpy as np
+
+    from torch_xla_ext import export
+
+    ids = np.load(os.path.join(bundle_dir, "ids.npy"))
+    times = {}
+    t0 = time.perf_counter()
+    bundle = export.load(bundle_dir)
+    times["load_bundle_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    lean = export.inline_constants(bundle, weights=True)
+    times["inline_constants_s"] = time.perf_counter() - t0
+    text_bytes = len(lean.module_text)
+    t0 = time.perf_counter()
+    lean.save(out_dir)
+    times["save_s"] = time.perf_counter() - t0
+    del lean, bundle
+    t0 = time.perf_counter()
+    again = export.load(out_dir)
+    times["load_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    (logits,) = export.run(again, ids)
+    times["run_s"] = time.perf_counter() - t0
+    want = np.load(os.path.join(bundle_dir, "run_logits.npy"))
+    saved = {}
+    for root, _, files in os.walk(out_dir):
+        for f in files:
+            top = os.path.relpath(os.path.join(root, f), out_dir).split(os.sep)[0]
+            saved[top] = saved.get(top, 0) + os.path.getsize(os.path.join(root, f))
+    return {**times, "peak_rss": _peak_bytes(), "text_bytes": text_bytes, "saved_bytes": saved,
+            "max_abs_diff_vs_run": float(np.abs(logits - want).max()),
+            "bit_equal_fraction": float(np.mean(logits.view(np.uint32) == want.view(np.uint32)))}
+
+
 def _child(step: str, *args: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--step", step, *args]
     env = dict(os.environ)
@@ -111,10 +149,12 @@ def _child(step: str, *args: str) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--step", choices=("make", "anchor", "measure"))
+    p.add_argument("--step", choices=("make", "anchor", "measure", "inline"))
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--width", type=int, default=768)
     p.add_argument("--keep", help="directory for the bundle and the saved JaxExport (default: a temp dir)")
+    p.add_argument("--no-inline", action="store_true", help="skip the inline_constants measurement")
+    p.add_argument("--no-to-jax", action="store_true", help="skip the to_jax measurement")
     p.add_argument("dirs", nargs="*")
     a = p.parse_args()
     if a.step == "make":
@@ -126,27 +166,51 @@ def main() -> None:
     if a.step == "measure":
         print(json.dumps(measure(a.dirs[0], a.dirs[1])))
         return
+    if a.step == "inline":
+        print(json.dumps(inline(a.dirs[0], a.dirs[1])))
+        return
     root = a.keep or tempfile.mkdtemp(prefix="to_jax_bench_")
     bundle_dir, out_dir = os.path.join(root, "bundle"), os.path.join(root, "m.jax")
-    made = _child("make", "--layers", str(a.layers), "--width", str(a.width), bundle_dir)
+    made_file = os.path.join(root, "made.json")
+    if os.path.exists(made_file):  # --keep DIR of an earlier run: its bundle again
+        with open(made_file) as f:
+            made = json.load(f)
+    else:
+        made = _child("make", "--layers", str(a.layers), "--width", str(a.width), bundle_dir)
+        with open(made_file, "w") as f:
+            json.dump(made, f)
     ran = _child("anchor", bundle_dir)
-    got = _child("measure", bundle_dir, out_dir)
     w = made["weight_bytes"]
     budget = 3 * w + 2 * 2**30
     print(f"GPT-2 {a.layers} layers x {a.width}: {made['params'] / 1e6:.1f}M parameters, "
           f"{w / 2**20:.0f} MiB of weights (export + save {made['export_and_save_s']:.1f} s)")
     print(f"anchor export.run (load + compile + run): {ran['run_s']:.1f} s, peak RSS {ran['peak_rss'] / 2**30:.2f} GiB")
-    print("to_jax path: " + ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in got.items() if k.endswith("_s")))
+    over = False
+    if not a.no_to_jax:
+        got = _child("measure", bundle_dir, out_dir)
+        over |= _report("to_jax path", got, ran, w, budget)
+        print(f"  serialized module {got['module_bytes'] / 2**10:.0f} KiB (weights not in it); files "
+              f"{ {k: round(v / 2**20, 1) for k, v in got['saved_bytes'].items()} } MiB")
+        print(f"  logits vs export.run: max |diff| {got['max_abs_diff_vs_run']:.3g} (scale {got['logit_scale']:.3g})")
+    if not a.no_inline:
+        got = _child("inline", bundle_dir, os.path.join(root, "inlined"))
+        over |= _report("inline_constants path", got, ran, w, budget)
+        print(f"  module text {got['text_bytes'] / 2**10:.0f} KiB (weights not in it); files "
+              f"{ {k: round(v / 2**20, 1) for k, v in got['saved_bytes'].items()} } MiB")
+        print(f"  logits vs export.run of the plain bundle: max |diff| {got['max_abs_diff_vs_run']:.3g}, "
+              f"bit-equal {got['bit_equal_fraction']:.4f}")
+    if over:
+        sys.exit(1)
+
+
+def _report(title: str, got: dict, ran: dict, w: int, budget: int) -> bool:
+    print(f"{title}: " + ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in got.items() if k.endswith("_s")))
     total = sum(v for k, v in got.items() if k.endswith("_s"))
     print(f"  total {total:.1f} s = {total / ran['run_s']:.2f} x the anchor")
     print(f"  peak RSS {got['peak_rss'] / 2**30:.2f} GiB = {got['peak_rss'] / w:.2f} x the weights, "
           f"{got['peak_rss'] / ran['peak_rss']:.2f} x the anchor's; budget 3 x weights + 2 GiB = "
           f"{budget / 2**30:.2f} GiB: {'within' if got['peak_rss'] <= budget else 'OVER'}")
-    print(f"  serialized module {got['module_bytes'] / 2**10:.0f} KiB (weights not in it); files "
-          f"{ {k: round(v / 2**20, 1) for k, v in got['saved_bytes'].items()} } MiB")
-    print(f"  logits vs export.run: max |diff| {got['max_abs_diff_vs_run']:.3g} (scale {got['logit_scale']:.3g})")
-    if got["peak_rss"] > budget:
-        sys.exit(1)
+    return got["peak_rss"] > budget
 
 
 if __name__ == "__main__":

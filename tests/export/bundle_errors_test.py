@@ -167,3 +167,46 @@ def test_torch_xla_dir_with_pickled_weight(tmp_path):
         np.save(f, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(export.BundleError, match=r"data/lin.bias.*not a plain numeric"):
         export.load(tmp_path)
+
+
+def test_inlined_bundle_files(saved, tmp_path, monkeypatch):
+    """An inlined bundle keeps its values in resources/<name>.npy: each missing, mis-shaped or
+    foreign file is named; a reader of format_version 2 refuses it by name (the only readers that
+    could not run it)."""
+    import dataclasses
+
+    from torch_xla_ext.export import manifest as manifest_module
+
+    bundle = export.load(saved)
+    lean = export.inline_constants(bundle, weights=True)
+    d = tmp_path / "inl"
+    lean.save(d)
+    assert _manifest(d)["format_version"] == manifest_module.RESOURCES_FORMAT_VERSION > export.FORMAT_VERSION
+    assert _manifest(saved)["format_version"] == export.FORMAT_VERSION  # plain bundles keep their version
+    files = sorted(os.listdir(d / "resources"))
+    assert files == sorted(f"{k}.npy" for k in lean.resources)
+    assert export.load(d).resources.keys() == lean.resources.keys()
+
+    monkeypatch.setattr(manifest_module, "READABLE_FORMAT_VERSIONS", (1, 2))
+    with pytest.raises(export.BundleVersionError, match="format_version 3 is not supported .written by a newer"):
+        export.load(d)
+    monkeypatch.undo()
+
+    name = files[0][:-len(".npy")]
+    arr = np.load(d / "resources" / files[0])
+    np.save(d / "resources" / files[0], np.zeros((3, 5, 7), arr.dtype))
+    with pytest.raises(export.BundleError, match=rf"resources/{name}.npy: .*\[3, 5, 7\], but .*dense_resource<{name}>"):
+        export.load(d)
+    os.remove(d / "resources" / files[0])
+    with pytest.raises(export.BundleFileNotFoundError, match=rf"resources/{name}.npy: missing .*dense_resource<{name}>"):
+        export.load(d)
+    np.save(d / "resources" / files[0], arr)
+
+    text = (d / "module.mlir").read_text()
+    (d / "module.mlir").write_text(text.replace(f"dense_resource<{name}>", "dense_resource<x_1>", 1))
+    with pytest.raises(export.BundleError, match=r"dense_resource<x_1> is not a resource name"):
+        export.load(d)
+
+    lacking = dataclasses.replace(lean, resources={k: v for k, v in lean.resources.items() if k != name})
+    with pytest.raises(export.BundleError, match=rf"dense_resource<{name}> has no value"):
+        lacking.save(tmp_path / "lacking")

@@ -1,8 +1,10 @@
-"""to_jax at any size: weights never become MLIR text or part of the serialized program (they
-stay arrays, bound to the Exported's leading arguments and saved as safetensors), results match
-torch_xla's execution, and routes that do put weights in text refuse sizes they cannot take with a
-typed error naming the limit and the route. GPT-2 124M's peak memory is measured by
-bench/to_jax_bench.py in a fresh process (too large for the suite)."""
+"""to_jax and inline_constants at any size: weights never become MLIR text or part of the
+serialized program (to_jax: arrays bound to the Exported's leading arguments, saved as
+safetensors; inline_constants: `dense_resource` constants whose values stay arrays, saved as
+.npy), results match torch_xla's execution, and the one route that puts weights into a size-limited
+container (to_jax of an inlined bundle: jax.export's 2 GiB flatbuffer) refuses with a typed error
+naming the limit and the route. GPT-2 124M's peak memory is measured by bench/to_jax_bench.py in
+a fresh process (too large for the suite)."""
 
 import os
 
@@ -74,16 +76,45 @@ def test_saved_and_loaded_results_match_torch_xla(small_and_large, tmp_path):
         np.testing.assert_allclose(np.asarray(got), model(xl)[0].numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_inline_constants_refuses_more_than_its_text_limit(monkeypatch):
-    """A cheap construction: a bundle whose weight reports 2 GiB without holding it (a broadcast view)."""
-    _, _, bundle = _bundle(8)
-    w = next(i for i in bundle.manifest.inputs if i.kind == "parameter")
-    huge = np.broadcast_to(np.zeros((), np.float32), (2**29,))  # 2 GiB as nbytes, 4 bytes of memory
-    big = export.Bundle(bundle.module_text, bundle.manifest, {**bundle.arrays, w.file: huge})
-    with pytest.raises(export.WeightsTooLargeError, match=r"INLINE_LIMIT_BYTES \(67108864\).*export\.to_jax"):
-        export.inline_constants(big, weights=True)
-    # the lifted constants alone are small: that route still works on the real bundle
-    assert export.inline_constants(bundle).manifest.transforms[-1] == "inline_constants"
+def test_inlined_weights_stay_arrays(small_and_large, tmp_path):
+    """250x the weights, the same text: inline_constants writes no value into the module; saved,
+    they are .npy files beside it (bit-exact), and the loaded bundle runs as the original does
+    (one compiler, the same constants: bit-equal) and as torch_xla does (within the bounds)."""
+    (_, x, small), (model, xl, large) = small_and_large
+    lean_small, lean = (export.inline_constants(b, weights=True) for b in (small, large))
+    weight_bytes = sum(a.nbytes for a in large.arrays.values())
+    assert len(lean.module_text) < 2 * len(lean_small.module_text) < weight_bytes / 10
+    assert [i.kind for i in lean.manifest.inputs] == ["user_input"]
+    assert sum(a.nbytes for a in lean.resources.values()) == weight_bytes
+    for inp in large.manifest.inputs:  # the bundle's own arrays, not copies
+        if inp.file:
+            assert any(r is large.arrays[inp.file] for r in lean.resources.values()), inp.name
+    # inlined in two steps, every value still sits at the top of main (run binds those as arguments)
+    chained = export.inline_constants(export.inline_constants(large), weights=True)
+    assert chained.resources.keys() == lean.resources.keys()
+    before_main = chained.module_text[:chained.module_text.index("func.func @main")]
+    assert "dense_resource" not in before_main
+    lean.save(tmp_path / "b")
+    assert export.load(tmp_path / "b").manifest.format_version == export.manifest.RESOURCES_FORMAT_VERSION
+    assert not os.path.exists(tmp_path / "b" / "module.mlirbc")  # by default: it would hold the values again
+    # asked for, the artifact is self-contained: loaded from it alone, the values are in the module
+    lean.save(tmp_path / "art", portable_artifact=True)
+    assert os.path.getsize(tmp_path / "art" / "module.mlirbc") > weight_bytes
+    os.remove(tmp_path / "art" / "module.mlir")
+    from_artifact = export.load(tmp_path / "art")
+    assert from_artifact.resources == {}
+    np.testing.assert_array_equal(export.run(from_artifact, xl.numpy())[0], export.run(large, xl.numpy())[0])
+    on_disk = sum(os.path.getsize(tmp_path / "b" / "resources" / f) for f in os.listdir(tmp_path / "b" / "resources"))
+    assert weight_bytes <= on_disk < weight_bytes + 4096 * len(lean.resources)  # .npy headers
+    assert os.path.getsize(tmp_path / "b" / "module.mlir") < weight_bytes / 10
+    again = export.load(tmp_path / "b")
+    for name, arr in lean.resources.items():
+        np.testing.assert_array_equal(again.resources[name], arr, err_msg=name)
+    (got,) = export.run(again, xl.numpy())
+    (plain,) = export.run(large, xl.numpy())
+    np.testing.assert_array_equal(got, plain)
+    theirs = compat.run_with_torch_xla(large.torch_xla_export.graph_module, xl)
+    bounds.assert_same_program([got], theirs[:1], "inline_constants vs torch_xla")
 
 
 def test_load_jax_names_the_file_it_cannot_read(small_and_large, tmp_path):
@@ -122,8 +153,8 @@ class _Scale(torch.nn.Module):
 def test_weights_past_the_2gib_flatbuffer_limit_take_the_arrays_route():
     """A cheap construction of a program with 2.25 GiB of weights: the export of an 8-element
     model with its shapes widened in the module and the manifest, the weight a broadcast view
-    (nbytes 2.25 GiB, 4 bytes of memory). to_jax neither copies nor serializes it; the text
-    route refuses it by name."""
+    (nbytes 2.25 GiB, 4 bytes of memory). Neither to_jax nor inline_constants copies it; to_jax
+    of the inlined bundle, which would serialize it, refuses by name."""
     import dataclasses
 
     bundle = export.export(_Scale(), (torch.randn(8),))
@@ -136,9 +167,14 @@ def test_weights_past_the_2gib_flatbuffer_limit_take_the_arrays_route():
     exp = export.to_jax(big)
     assert exp.weights[0] is huge  # bound as the array it is: no copy, no text
     assert [tuple(a.shape) for a in exp.exported.in_avals] == [(n,), (n,)]
-    assert len(exp.exported.serialize()) < 2**16  # the program alone goes into jax's flatbuffer
-    with pytest.raises(export.WeightsTooLargeError, match=r"2415919104 bytes .* INLINE_LIMIT_BYTES"):
-        export.inline_constants(big, weights=True)
+    assert len(exp.serialize()) == len(exp.exported.serialize()) < 2**16  # the program alone goes into jax's flatbuffer
+    # inlined, it stays that array too (no copy, no text) ...
+    lean = export.inline_constants(big, weights=True)
+    assert [r is huge for r in lean.resources.values()] == [True]
+    assert len(lean.module_text) < 2 * len(bundle.module_text) + 1024
+    # ... until to_jax would put it into jax's 2 GiB flatbuffer: refused by name, with the route
+    with pytest.raises(export.WeightsTooLargeError, match=r"2415919104 bytes .*2 GiB.*before inline_constants"):
+        export.to_jax(lean)
 
 
 # ---- the weights file: the safetensors format without the safetensors package -----------------

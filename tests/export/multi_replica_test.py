@@ -79,6 +79,12 @@ def test_run_n_replicas_equals_shard_map_psum(setup):
         # JAX's own lowering of the same math (its dot_general and tanh, bias added in another
         # order) is a different program of the same float32 ops: the same summation-order bound.
         bounds.assert_same_program([ours[r][0]], [ref[r]], "run vs shard_map", label=f"replica {r}")
+    # every weight inlined: run passes the inlined values to each replica as it passes weights
+    lean = export.inline_constants(export.strip_tokens(bundle), weights=True)
+    assert lean.resources and lean.manifest.num_user_inputs == len(per_replica[0])
+    inlined = export.run(lean, *per_replica, num_replicas=N)
+    for r in range(N):
+        bounds.assert_same_program([inlined[r][0]], [ref[r]], "inlined run vs shard_map", label=f"replica {r}")
 
 
 def test_run_rejects_wrong_replica_count(setup):

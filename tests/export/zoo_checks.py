@@ -155,3 +155,19 @@ def check_to_jax_round_trip(case: Case, tmp_dir: str) -> None:
         got = jax.jit(again.exported.call)(*again.weights, *case.leaves)
     assert_within_bound(case.name, [np.asarray(g) for g in got], case.theirs, "to_jax vs torch_xla")
     assert not jax.config.jax_enable_x64  # the context restored the user's setting
+
+
+def check_inline_round_trip(case: Case, tmp_dir: str) -> None:
+    """Every weight inlined (inline_constants), saved, loaded and run: the text holds no value,
+    the values come back bit-exact, and the program still computes what torch_xla's does."""
+    lean = export.inline_constants(export.strip_tokens(case.loaded), weights=True)
+    assert [i.kind for i in lean.manifest.inputs] == ["user_input"] * len(lean.manifest.inputs)
+    weight_bytes = sum(a.nbytes for a in case.loaded.arrays.values())
+    assert sum(a.nbytes for a in lean.resources.values()) <= weight_bytes  # equal values share one
+    assert len(lean.module_text) < len(case.loaded.module_text) + 200 * (len(case.loaded.manifest.inputs) + 10)
+    path = os.path.join(tmp_dir, f"{case.name}.inlined")
+    lean.save(path)
+    again = export.load(path)
+    for name, arr in lean.resources.items():
+        np.testing.assert_array_equal(again.resources[name], arr, err_msg=f"{case.name} {name}")
+    assert_within_bound(case.name, export.run(again, *case.leaves), case.theirs, "inline_constants vs torch_xla")

@@ -1,10 +1,10 @@
 """Export on every zoo model: export -> save -> load -> run against torch_xla's execution of the
 same export, manifest roles against torch.export's graph signature, output names against
-torch.utils._pytree, int64 kept, and to_jax's round trip (checks in zoo_checks.py). A model whose
-shapes depend on its inputs' values (the MoE) has no one program: its export must be refused with
-the typed error naming the guard, checked against torch.export's own report and torch_xla's
-metrics (lazy_fallback_checks.py). Bazel runs it in groups of models (`-k`), one export per model
-per process."""
+torch.utils._pytree, int64 kept, and the round trips of to_jax and inline_constants (checks in
+zoo_checks.py). A model whose shapes depend on its inputs' values (the MoE) has no one program: its
+export must be refused with the typed error naming the guard, checked against torch.export's own
+report and torch_xla's metrics (lazy_fallback_checks.py). Bazel runs it in groups of models (`-k`),
+one export per model per process."""
 
 
 import pytest
@@ -47,3 +47,7 @@ def test_int64_kept(case):
 
 def test_to_jax_round_trip(case, tmp_path):
     checks.check_to_jax_round_trip(case, str(tmp_path))
+
+
+def test_inline_round_trip(case, tmp_path):
+    checks.check_inline_round_trip(case, str(tmp_path))

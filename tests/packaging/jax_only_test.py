@@ -39,7 +39,7 @@ import tool_venv  # python/ (//python:tool_venv; tests/conftest.py under plain p
 # for Python 3.11.
 RELEASES = jax_tool_releases()
 PINS = pins()
-# Small in parameters: inline_constants writes every weight into the module as text.
+# Small in parameters: each route compiles the whole model in every JAX-only venv.
 ZOO = ("vit", "gpt2")
 
 pytestmark = pytest.mark.skipif("TEST_SRCDIR" not in os.environ and os.environ.get("TXE_JAX_ONLY") != "1",

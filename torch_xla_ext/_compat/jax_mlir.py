@@ -63,6 +63,24 @@ def isa_check(cls: type) -> Any:
     return check if check is not None else (lambda value: isinstance(value, cls))
 
 
+def is_dense_resource(value: Any) -> bool:
+    """Whether an attribute is a ``DenseResourceElementsAttr``: jaxlib up to 0.8 has
+    ``isinstance``; later ones neither have it nor downcast this attribute, so a cast is tried
+    (after the dense case, whose failed cast would print every element into its message)."""
+    from jax.extend.mlir import ir
+
+    check = getattr(ir.DenseResourceElementsAttr, "isinstance", None)
+    if check is not None:
+        return bool(check(value))
+    if isinstance(value, ir.DenseElementsAttr):
+        return False
+    try:
+        ir.DenseResourceElementsAttr(value)
+    except ValueError:
+        return False
+    return True
+
+
 def make_context() -> Any:
     """A fresh MLIR context with the dialects of JAX's lowering (StableHLO, CHLO, func, Shardy)."""
     from jax._src.interpreters import mlir as jmlir

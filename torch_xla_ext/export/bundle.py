@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
+import re
 import tokenize
 from typing import Any
 
@@ -26,35 +28,50 @@ import numpy as np
 
 from torch_xla_ext.export import graph
 from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError
-from torch_xla_ext.export.manifest import MANIFEST_FILE, Input, Manifest, dtype_name, np_dtype, torch_dtype_name
+from torch_xla_ext.export.manifest import (MANIFEST_FILE, MLIR_TYPES, RESOURCES_FORMAT_VERSION, Input,
+                                           Manifest, dtype_name, np_dtype, torch_dtype_name)
 
 MODULE_FILE = "module.mlir"
 ARTIFACT_FILE = "module.mlirbc"  # StableHLO portable artifact (VHLO bytecode) of the same module
 JAX_EXPORT_DIR = "jax_export"  # optional: to_jax(bundle).save() (exported.jax + weights.safetensors)
+RESOURCES_DIR = "resources"  # <name>.npy for each `dense_resource<name>` constant (inline_constants)
+_RESOURCE_NAME = re.compile(r"txe_[0-9a-f]{32}\Z")
+_RESOURCE_REF = re.compile(r"dense_resource<(txe_[0-9a-f]{32})>")
 
 
 @dataclasses.dataclass
 class Bundle:
     """A StableHLO module, the arrays its non-user arguments take (keyed by the manifest's
-    `file` field) and the manifest describing `main`'s calling convention."""
+    `file` field) and the manifest describing `main`'s calling convention. `resources` holds the
+    values of the module's constants written `dense_resource<name>` (what ``inline_constants``
+    inlines), keyed by name: the text names them and never holds their data; :func:`mlir_module`
+    binds them (as dense attributes: neither XLA nor StableHLO's portable artifact reads
+    resource blobs)."""
 
     module_text: str
     manifest: Manifest
     arrays: dict[str, np.ndarray]
     torch_xla_export: Any = dataclasses.field(default=None, repr=False, compare=False)
+    resources: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def weights(self) -> dict[str, np.ndarray]:
         return {i.name: self.arrays[i.file] for i in self.manifest.inputs
                 if i.kind in ("parameter", "buffer") and i.file in self.arrays}
 
-    def save(self, path: str | os.PathLike, *, portable_artifact: bool = True, jax_export: bool = False) -> None:
+    def save(self, path: str | os.PathLike, *, portable_artifact: bool | None = None, jax_export: bool = False) -> None:
         """Writes manifest.json, module.mlir (text), module.mlirbc (the StableHLO portable
         artifact, stable across StableHLO versions) and one .npy per array under `path`; with
         ``jax_export=True`` also ``jax_export/``, what ``to_jax(bundle).save`` writes
         (``exported.jax``, jax.export's own serialization, and ``weights.safetensors``), which a
         JAX user reads with ``export.load_jax`` (it checks the running JAX's window first) or with
-        jax.export and safetensors alone. It holds the weights a second time.
+        jax.export and safetensors alone. It holds the weights a second time. Inlined values
+        (``resources``) go to ``resources/<name>.npy`` and the manifest's format_version becomes
+        RESOURCES_FORMAT_VERSION, which older readers refuse by name. The portable artifact is
+        written by default (``portable_artifact=None``) unless there are inlined values: it
+        would hold them a second time (StableHLO has no resource blobs) and its writer copies them
+        about five times (GPT-2 124M: 2.9 GiB peak instead of 0.6); ``portable_artifact=True``
+        writes it anyway.
 
         Example: ``bundle.save("/tmp/exported")``.
         """
@@ -65,12 +82,17 @@ class Bundle:
 
             to_jax(self).save(os.path.join(path, JAX_EXPORT_DIR))
         manifest = self.manifest
-        if portable_artifact:
-            version, data = portable_artifact_of(self.module_text)
+        resources = used_resources(self.module_text, self.resources, MODULE_FILE)
+        if resources:
+            manifest = dataclasses.replace(manifest, format_version=RESOURCES_FORMAT_VERSION)
+        if portable_artifact or (portable_artifact is None and not resources):
+            version, data = portable_artifact_of(self.module_text, resources)
             with open(os.path.join(path, ARTIFACT_FILE), "wb") as f:
                 f.write(data)
+            del data
             manifest = dataclasses.replace(manifest, portable_artifact_version=version)
-        for key, arr in self.arrays.items():
+        files = {**self.arrays, **{f"{RESOURCES_DIR}/{k}.npy": v for k, v in resources.items()}}
+        for key, arr in files.items():
             dest = os.path.join(path, key)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             arr = np.asarray(arr)
@@ -83,16 +105,152 @@ class Bundle:
             f.write(manifest.to_json(indent=2))
 
 
-def portable_artifact_of(text: str) -> tuple[str, bytes]:
-    """(StableHLO version, portable artifact bytes) of a module's text."""
+def portable_artifact_of(text: str, resources: dict[str, np.ndarray] | None = None) -> tuple[str, bytes]:
+    """(StableHLO version, portable artifact bytes) of a module's text, its resources bound."""
     from jax.extend import mlir as jmlir
 
     from torch_xla_ext._compat import jax_mlir
 
-    ctx, module = graph.parse(text, MODULE_FILE)
+    ctx, module, _ = mlir_module(text, resources or {}, MODULE_FILE)
     with ctx:
         version = jax_mlir.stablehlo_current_version()
-        return version, jmlir.serialize_portable_artifact(jax_mlir.module_to_bytecode(module), version)
+        code = jax_mlir.module_to_bytecode(module)
+    del module, ctx  # the bound values (the context owns them): freed before the artifact copies them again
+    return version, jmlir.serialize_portable_artifact(code, version)
+
+
+# --- inlined values: `dense_resource<name>` in the text, arrays beside it ----------------------
+
+
+def resource_name(arr: np.ndarray, dtype: str) -> str:
+    """The name an inlined value gets: a digest of its dtype, shape and bytes, so equal values
+    share one array and a module's text identifies its program (run caches by the text)."""
+    h = hashlib.blake2b(f"{dtype}{list(arr.shape)}".encode(), digest_size=16)
+    if arr.flags.c_contiguous:
+        h.update(arr.reshape(-1).view(np.uint8))
+    else:  # a view (broadcast, transposed): its elements in order, a block at a time, never all copied
+        for block in np.nditer(arr, flags=["external_loop", "buffered", "zerosize_ok"], buffersize=2**18, order="C"):
+            h.update(np.ascontiguousarray(block).view(np.uint8))
+    return f"txe_{h.hexdigest()}"
+
+
+def used_resources(text: str, resources: dict[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+    """The arrays of the resources `text` names, in the order it names them; a BundleError
+    naming the first it names that `resources` lacks."""
+    out = {}
+    for name in _RESOURCE_REF.findall(text):
+        if name not in out:
+            if name not in resources:
+                raise BundleError(f"{where}: constant dense_resource<{name}> has no value (the bundle's "
+                                  f"resources lack it)")
+            out[name] = resources[name]
+    return out
+
+
+def _walk(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner
+                yield from _walk(inner)
+
+
+def resource_of(op, where: str) -> tuple[str, list[int], str] | None:
+    """(name, shape, dtype) of a constant whose value is a ``dense_resource``, else None; a
+    BundleError for a resource name we do not write (the name becomes a file name)."""
+    from jax.extend.mlir import ir
+
+    from torch_xla_ext._compat import jax_mlir
+
+    value = op.attributes["value"] if "value" in op.attributes else None
+    if value is None or not jax_mlir.is_dense_resource(value):
+        return None
+    value = ir.DenseResourceElementsAttr(value)  # (jaxlib 0.10 hands back a plain Attribute)
+    text = str(value)
+    name = text[len("dense_resource<"):text.index(">")]
+    if not _RESOURCE_NAME.match(name):
+        raise BundleError(f"{where}: constant dense_resource<{name[:80]}> is not a resource name "
+                          f"inline_constants writes (txe_ and 32 hex digits)")
+    shape, dtype = graph.tensor_type(value.type, f"{where}: constant dense_resource<{name}>")
+    return name, shape, dtype
+
+
+def constant_to_argument(func, op) -> None:
+    """Makes `op` (a constant at the top of `func`) a new last argument of `func` instead."""
+    from jax.extend.mlir import ir
+
+    block = func.regions[0].blocks[0]
+    arg = block.add_argument(op.result.type, ir.Location.unknown(context=func.context))
+    op.result.replace_all_uses_with(arg)
+    op.operation.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    func.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([a.type for a in block.arguments], list(ftype.results), context=func.context))
+    if "arg_attrs" in func.attributes:
+        old = ir.ArrayAttr(func.attributes["arg_attrs"])
+        func.attributes["arg_attrs"] = ir.ArrayAttr.get(
+            [old[k] for k in range(len(old))] + [ir.DictAttr.get({}, context=func.context)], context=func.context)
+
+
+def resource_constants(module, where: str) -> list[tuple[Any, str, list[int], str]]:
+    """(op, name, shape, dtype) of every constant whose value is a ``dense_resource``."""
+    return [(op, *found) for op in _walk(module.operation) if (found := resource_of(op, where))]
+
+
+def _dense(arr: np.ndarray, dtype: str):
+    from jax.extend.mlir import ir
+
+    shape = list(arr.shape)
+    arr = np.ascontiguousarray(arr)  # (1-d for a scalar: the shape is passed on its own)
+    if dtype == "bool":
+        return ir.DenseElementsAttr.get(arr, shape=shape)  # the bindings pack bools themselves
+    # One bit pattern per element: the bindings take a buffer of the element's width and the
+    # element type to read it as (numpy has no bfloat16 buffer format).
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(arr.dtype.itemsize)
+    data = arr.view(width) if width is not None else arr
+    return ir.DenseElementsAttr.get(data, type=ir.Type.parse(MLIR_TYPES[dtype]), shape=shape)
+
+
+def mlir_module(text: str, resources: dict[str, np.ndarray], where: str, *, as_arguments: bool = False):
+    """(context, module, names) of a bundle's text with every ``dense_resource<name>`` constant
+    bound to ``resources[name]`` as a dense attribute (one copy of the array, inside MLIR; never
+    text). With ``as_arguments``, those at the top of ``main`` (where inline_constants puts them)
+    become trailing arguments of ``main`` instead, ``names`` saying which resource each takes:
+    an executor passes the arrays as it passes weights, and the optimization barrier that follows
+    them keeps the program the one the constants make. A BundleError names a resource that is
+    missing or whose array does not match its type."""
+    from jax.extend.mlir import ir
+
+    ctx, module = graph.parse(text, where)
+    names: list[str] = []
+
+    def value(name: str, shape: list[int], dtype: str) -> np.ndarray:
+        if name not in resources:
+            raise BundleError(f"{where}: constant dense_resource<{name}> has no value (the bundle's resources "
+                              f"lack it)")
+        arr = np.asarray(resources[name])
+        if list(arr.shape) != shape or dtype_name(arr.dtype) != dtype:
+            raise BundleError(f"{where}: resource {name} is {dtype_name(arr.dtype)}{list(arr.shape)}, but its "
+                              f"constant is {dtype}{shape}")
+        return arr
+
+    with ctx, ir.Location.unknown():
+        if as_arguments:
+            main = graph.main_func(module, where)
+            block = main.regions[0].blocks[0]
+            for op in list(block.operations):
+                found = resource_of(op, where)
+                if found is None:
+                    continue
+                value(*found)
+                constant_to_argument(main, op)
+                names.append(found[0])
+        made: dict[str, Any] = {}
+        for op, name, shape, dtype in resource_constants(module, where):
+            if name not in made:
+                made[name] = _dense(value(name, shape, dtype), dtype)
+            op.attributes["value"] = made[name]
+    return ctx, module, names
 
 
 def array_key(kind: str, name: str | None, index: int) -> str:
@@ -342,7 +500,21 @@ def load(path: str | os.PathLike) -> Bundle:
         raise BundleFileNotFoundError(f"{modpath}: missing (and no {ARTIFACT_FILE})")
     with ctx:
         arg_types = graph.argument_types(module, modpath, graph.describe_input(manifest))
+        constants = resource_constants(module, modpath)
     graph.check_signature(arg_types, manifest, modpath)
+    resources: dict[str, np.ndarray] = {}
+    for _, name, shape, dtype in constants:
+        if name in resources:
+            continue
+        file = os.path.join(path, RESOURCES_DIR, f"{name}.npy")
+        arr = load_npy(file, f"{modpath}'s constant dense_resource<{name}>")
+        if dtype == "bfloat16" and arr.dtype == np.uint16:  # how save writes bfloat16
+            arr = arr.view(np_dtype("bfloat16"))
+        if list(arr.shape) != shape or dtype_name(arr.dtype) != dtype:
+            raise BundleError(f"{file}: {dtype_name(arr.dtype)}{list(arr.shape)}, but {modpath}'s constant "
+                              f"dense_resource<{name}> is {dtype}{shape}")
+        resources[name] = arr
+    del ctx, module, constants
     for k, c in enumerate(manifest.collectives):
         if any(i >= len(manifest.inputs) for i in c.operand_inputs):
             raise BundleError(f"{mpath}: field 'collectives[{k}].operand_inputs' is {c.operand_inputs}, "
@@ -362,7 +534,7 @@ def load(path: str | os.PathLike) -> Bundle:
             raise BundleError(f"{os.path.join(path, inp.file)}: dtype {dtype_name(arr.dtype)} but "
                               f"{MANIFEST_FILE} field 'inputs[{inp.index}].dtype' is {inp.dtype}")
         arrays[inp.file] = arr
-    return Bundle(text, manifest, arrays)
+    return Bundle(text, manifest, arrays, resources=resources)
 
 
 

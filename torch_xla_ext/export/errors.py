@@ -49,5 +49,5 @@ class ExportLoweringError(UnimplementedError):
 
 
 class WeightsTooLargeError(BundleError):
-    """Arrays too large for the route asked for (weights as MLIR text in ``inline_constants``);
-    names the limit and the route that takes them (``to_jax``, which keeps weights as arrays)."""
+    """Arrays too large for the route asked for (jax.export's 2 GiB flatbuffer for ``to_jax`` of
+    inlined values, its 65535 arguments); names the limit and the route that takes them."""

@@ -30,7 +30,10 @@ from torch_xla_ext.export.errors import BundleError, BundleVersionError
 
 FORMAT_VERSION = 2
 # Version 1 had no output names, no user-input names and no Python constants; it still loads.
-READABLE_FORMAT_VERSIONS = (1, 2)
+# Version 3 is a bundle with inlined values (dense_resource constants, resources/<name>.npy):
+# written only for those, so readers of 2 refuse them by name and still read every other bundle.
+RESOURCES_FORMAT_VERSION = 3
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
 MANIFEST_FILE = "manifest.json"
 INPUT_KINDS = ("user_input", "parameter", "buffer", "constant", "collective_token")
 # What traced the program: torch.export (then torch_xla's exporter), or torch_xla's lazy trace of

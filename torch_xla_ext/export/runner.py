@@ -25,8 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from torch_xla_ext.export import graph
-from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
+from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle, mlir_module
 from torch_xla_ext.export.errors import BundleError, RunInputError
 from torch_xla_ext.export.manifest import MANIFEST_FILE, PYTHON_PREFIX, dtype_name, is_python_constant, np_dtype
 
@@ -34,22 +33,28 @@ _EXECUTABLES: dict[tuple[str, int], Any] = {}
 _LOCK = threading.Lock()
 
 
-def _executable(text: str, n: int):
+def _executable(text: str, resources: dict[str, np.ndarray], n: int):
+    """(client, executable, names): `main` compiled for n replicas, the inlined values it has at
+    its top (inline_constants') taken as trailing arguments, `names` saying which: compiled as
+    literals, 124M of weights peaked above 3x their size; passed, they cost what weights do."""
     from torch_xla_ext._compat import jax_mlir
 
+    # Inlined values are named by a digest of their bytes (bundle.resource_name), so the text
+    # identifies the program.
     key = (hashlib.sha256(text.encode()).hexdigest(), n)
     with _LOCK:
         if key not in _EXECUTABLES:
             client = jax_mlir.cpu_client(n)
-            ctx, module = graph.parse(text, MODULE_FILE)
+            ctx, module, names = mlir_module(text, resources, MODULE_FILE, as_arguments=True)
             with ctx:
                 code = jax_mlir.module_to_bytecode(module)
+            del module, ctx  # XLA reads the bytecode
             try:
                 exe = jax_mlir.compile_replicated(client, code, n)
             except RuntimeError as e:  # parses and verifies, but XLA cannot compile it
                 detail = " ".join(str(e).splitlines()[:2])
                 raise BundleError(f"{MODULE_FILE}: XLA cannot compile main ({detail})") from None
-            _EXECUTABLES[key] = (client, exe)
+            _EXECUTABLES[key] = (client, exe, names)
         return _EXECUTABLES[key]
 
 
@@ -131,6 +136,9 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
                 raise RunInputError(f"user_inputs[{r}]: expected a tuple of replica {r}'s user inputs, "
                                     f"got {type(u).__name__}")
         per_replica = [_arguments(bundle, tuple(u), r) for r, u in enumerate(user_inputs)]
-    client, exe = _executable(bundle.module_text, num_replicas)
+    client, exe, names = _executable(bundle.module_text, bundle.resources, num_replicas)
+    if names:
+        values = [np.ascontiguousarray(bundle.resources[k]) for k in names]
+        per_replica = [args + values for args in per_replica]
     by_replica = jax_mlir.execute_replicated(client, exe, per_replica)
     return by_replica[0] if num_replicas == 1 else by_replica

@@ -1,6 +1,7 @@
 """Rewrites of a bundle's `main` (each gives a new Bundle and appends to `manifest.transforms`):
 `strip_tokens` (collective tokens made inside), `inline_constants` (lifted constants, optionally
-weights, as module constants); and `to_jax`, the token-free program as a `jax.export.Exported`
+weights, as module constants that stay arrays: `dense_resource<name>` in the text, the values in
+`Bundle.resources`); and `to_jax`, the token-free program as a `jax.export.Exported`
 with its weights kept as arrays bound to its leading arguments (a `JaxExport`; saved as jax's own
 versioned format plus a safetensors file, read back with `load_jax`).
 
@@ -29,24 +30,43 @@ import numpy as np
 
 from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.export import graph, main_wrapper, tensor_file
-from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle
+from torch_xla_ext.export.bundle import (MODULE_FILE, Bundle, as_bundle, constant_to_argument, mlir_module, resource_name,
+                                         resource_of, used_resources)
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
                                         RunInputError, WeightsTooLargeError)
 from torch_xla_ext.export.manifest import dtype_name, is_python_constant, np_dtype
 
 _INNER = "_txe_main_inner"
 
-# inline_constants writes each value as MLIR hex text (2 characters a byte), which MLIR's parser
-# reads back into an attribute and the bytecode writer copies again: memory grows with a multiple
-# of the data (GPT-2 124M's 500 MB of weights peaked at 23.9 GB). Past this, raise and name
-# to_jax, which keeps weights as arrays.
-INLINE_LIMIT_BYTES = 64 * 2**20
+def _resource_constant(arr: np.ndarray, dtype: str, resources: dict[str, np.ndarray]) -> np.ndarray | str:
+    """What an inlined array becomes: the name of a `dense_resource` (text holds no data; the
+    array is kept in `resources` under its digest name and bundle.mlir_module binds it when
+    compiling), or the empty array itself (a dense constant of no elements)."""
+    if arr.size == 0:
+        return arr
+    name = resource_name(arr, dtype)
+    resources.setdefault(name, arr)
+    return name
 
 
-def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray], transform: str, order: list[int] | None = None) -> Bundle:
-    """A bundle whose new `main` takes every argument but `drop` (index -> its value), in
-    `order` (old indices; default: as before), and calls the old `main`, renamed private, with
-    those made inside (built with jaxlib's MLIR builders, export/main_wrapper.py)."""
+def _constant_attribute(value: np.ndarray | str, arg_type: Any, dtype: str | None) -> Any:
+    """The attribute of a constant made inside the new `main`: a ``dense_resource`` placeholder
+    named ``value`` (no data: the array stays in Bundle.resources), or ``value``'s elements in
+    ``dtype`` (the manifest's: as the values' numbers, not their bits), which is the argument's."""
+    from jax.extend.mlir import ir
+
+    if isinstance(value, str):
+        # jaxlib's builder for resources takes the data; a placeholder is its attribute syntax.
+        return ir.Attribute.parse(f"dense_resource<{value}> : {arg_type}")
+    return main_wrapper.dense_attribute(np.asarray(value).astype(np_dtype(dtype), copy=False), arg_type)
+
+
+def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray | str], transform: str, order: list[int] | None = None,
+             resources: dict[str, np.ndarray] | None = None) -> Bundle:
+    """A bundle whose new `main` takes every argument but `drop` (index -> its value, or the name
+    of a resource in `resources`), in `order` (old indices; default: as before), and calls the old
+    `main`, renamed private, with those made inside (built with jaxlib's MLIR builders,
+    export/main_wrapper.py); `resources` are the values of new `dense_resource` constants."""
     from jax.extend.mlir import ir
 
     keep = [i for i in (order if order is not None else range(len(bundle.manifest.inputs))) if i not in drop]
@@ -60,11 +80,19 @@ def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray], transform: str, order:
         names = {ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
                  if "sym_name" in op.attributes}
         inner = next(f"{_INNER}{k}" for k in range(len(names) + 1) if f"{_INNER}{k}" not in names)
-        arg_types = [a.type for a in main.regions[0].blocks[0].arguments]
-        # In the manifest's dtype (as the values' numbers, not their bits), which is the argument's.
-        constants = {i: main_wrapper.dense_attribute(
-            np.asarray(v).astype(np_dtype(bundle.manifest.inputs[i].dtype), copy=False), arg_types[i])
-            for i, v in drop.items()}
+        block = main.regions[0].blocks[0]
+        # Values inlined before (inline_constants) move up into the new `main` with the new ones,
+        # so every inlined value stays at the top of `main`, where run binds them as arguments.
+        hoisted: dict[int, str] = {}
+        for op in list(block.operations):
+            found = resource_of(op, MODULE_FILE)
+            if found is not None:
+                constant_to_argument(main, op)
+                hoisted[len(block.arguments) - 1] = found[0]
+        arg_types = [a.type for a in block.arguments]
+        inputs = bundle.manifest.inputs
+        constants = {i: _constant_attribute(v, arg_types[i], inputs[i].dtype if i < len(inputs) else None)
+                     for i, v in {**drop, **hoisted}.items()}
         main_wrapper.wrap_main(module, main, keep, constants, inner)
         if not module.operation.verify():
             raise BundleError(f"{transform} output: the rewritten module does not verify")
@@ -82,7 +110,8 @@ def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray], transform: str, order:
             operand_inputs=sorted(new_index[i] for i in c.operand_inputs if i in new_index)))
     manifest = dataclasses.replace(m, inputs=inputs, collectives=colls, transforms=m.transforms + [transform])
     used = {inp.file for inp in inputs if inp.file}
-    return Bundle(text, manifest, {k: v for k, v in bundle.arrays.items() if k in used})
+    values = used_resources(text, {**bundle.resources, **(resources or {})}, f"{transform} output")
+    return Bundle(text, manifest, {k: v for k, v in bundle.arrays.items() if k in used}, resources=values)
 
 
 def strip_tokens(bundle: Bundle) -> Bundle:
@@ -100,24 +129,22 @@ def strip_tokens(bundle: Bundle) -> Bundle:
 
 def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
     """A bundle whose lifted constants (and, with weights=True, parameters and buffers) are
-    constants inside the module instead of `main` arguments. The values become MLIR text, so
-    more than ``INLINE_LIMIT_BYTES`` raises WeightsTooLargeError (``to_jax`` takes any size).
+    constants inside the module instead of `main` arguments. The values never become text: the
+    module names each ``dense_resource<txe_...>`` and the arrays stay in ``Bundle.resources``
+    (saved as ``resources/<name>.npy``, bound as dense attributes only when compiled), so any
+    size inlines; only ``to_jax`` of the result puts them into jax.export's 2 GiB flatbuffer.
 
     Example: ``b = inline_constants(bundle, weights=True)`` leaves only user inputs and tokens.
     """
     bundle = as_bundle(bundle)
     kinds = ("constant", "parameter", "buffer") if weights else ("constant",)
-    chosen = [inp for inp in bundle.manifest.inputs if inp.kind in kinds]
-    total = sum(np.asarray(bundle.arrays[inp.file]).nbytes for inp in chosen)
-    if total > INLINE_LIMIT_BYTES:
-        raise WeightsTooLargeError(
-            f"inline_constants(weights={weights}): {total} bytes of {'/'.join(kinds)} arrays exceed "
-            f"INLINE_LIMIT_BYTES ({INLINE_LIMIT_BYTES}): inlined values are MLIR text; use export.to_jax(bundle), "
-            f"which keeps weights as arrays bound to the program's arguments, or run the bundle as it is")
-    drop = {}
-    for inp in chosen:
-        drop[inp.index] = np.asarray(bundle.arrays[inp.file])
-    return _rewrite(bundle, drop, "inline_constants(weights=True)" if weights else "inline_constants")
+    drop: dict[int, np.ndarray | str] = {}
+    resources: dict[str, np.ndarray] = {}
+    for inp in bundle.manifest.inputs:
+        if inp.kind in kinds:
+            drop[inp.index] = _resource_constant(np.asarray(bundle.arrays[inp.file]), inp.dtype, resources)
+    return _rewrite(bundle, drop, "inline_constants(weights=True)" if weights else "inline_constants",
+                    resources=resources)
 
 
 
@@ -176,18 +203,29 @@ class JaxExport:
             raise RunInputError(f"user_inputs: expected {len(self.in_avals)} tensor user inputs, got {len(user_inputs)}")
         return self.exported.call(*self.weights, *user_inputs)
 
+    def serialize(self, where: str = "JaxExport.exported") -> bytes:
+        """``jax.export.serialize`` of ``exported`` (the program alone: the weights are not in
+        it); past its 2 GiB flatbuffer, WeightsTooLargeError naming the limit and the route.
+
+        Example: ``jax.export.deserialize(to_jax(bundle).serialize())``.
+        """
+        from torch_xla_ext._compat import jax_export
+
+        try:
+            return jax_export.serialize(self.exported, where)
+        except ValueError as e:  # over jax.export's flatbuffer limit
+            raise WeightsTooLargeError(
+                f"{e}; values inlined into the module (inline_constants) count towards it: call to_jax on the "
+                f"bundle before inline_constants, which keeps weights as arrays beside the program, or save and "
+                f"run the inlined bundle itself (Bundle.save, export.run), which has no such limit") from None
+
     def save(self, path: str | os.PathLike) -> None:
         """Writes ``path/exported.jax`` (``jax.export.serialize``) and ``path/weights.safetensors``
         (the safetensors format, written with numpy alone: see :mod:`.tensor_file`)."""
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
-        from torch_xla_ext._compat import jax_export
-
         dest = os.path.join(path, EXPORTED_FILE)
-        try:
-            data = jax_export.serialize(self.exported, dest)
-        except ValueError as e:  # over jax.export's flatbuffer limit
-            raise BundleError(str(e)) from None
+        data = self.serialize(dest)
         with open(dest, "wb") as f:
             f.write(data)
         meta = {"format": _FORMAT, "order": _json.dumps(list(self.weight_names))}
@@ -285,12 +323,20 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
     if not isinstance(platform, str) or not platform:
         raise BundleError(f"platform: expected a JAX platform name such as 'cpu', got {platform!r}")
     stripped = strip_tokens(bundle)
+    inlined = sum(np.asarray(a).nbytes for a in stripped.resources.values())
+    if inlined >= jax_export.SERIALIZED_LIMIT:  # refused before materializing what cannot be serialized
+        raise WeightsTooLargeError(
+            f"to_jax: the bundle's {inlined} bytes of values inlined into the module (inline_constants) go into "
+            f"jax.export's serialized module, which holds less than {jax_export.SERIALIZED_LIMIT} bytes (2 GiB, "
+            f"flatbuffers' limit): call to_jax on the bundle before inline_constants, which keeps weights as "
+            f"arrays beside the program, or save and run the inlined bundle itself (Bundle.save, export.run)")
     m = stripped.manifest
     state = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]
     small = [i for i in state if i.dtype in _NARROWED]
     small = small if sum(np.asarray(stripped.arrays[i.file]).nbytes for i in small) <= _NARROWED_INLINE_BYTES else []
-    lean = _rewrite(stripped, {i.index: np.asarray(stripped.arrays[i.file]) for i in small},
-                    "inline_constants(64-bit)") if small else stripped
+    values: dict[str, np.ndarray] = {}
+    lean = _rewrite(stripped, {i.index: _resource_constant(np.asarray(stripped.arrays[i.file]), i.dtype, values)
+                               for i in small}, "inline_constants(64-bit)", resources=values) if small else stripped
     m = lean.manifest
     bound = [i for i in m.inputs if i.kind in ("parameter", "buffer", "constant")]
     users = sorted((i for i in m.inputs if i.kind == "user_input"), key=lambda i: i.position)
@@ -309,9 +355,10 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
             f"with export.run, which has no such limit")
     kept = tuple(range(len(bound))) + tuple(len(bound) + k for k, u in enumerate(tensors) if u["used"])
     out_avals = tuple(jax.core.ShapedArray(tuple(o["shape"]), np_dtype(o["dtype"])) for o in m.outputs)
-    ctx, module = graph.parse(lean.module_text, MODULE_FILE)
+    ctx, module, _ = mlir_module(lean.module_text, lean.resources, MODULE_FILE)
     with ctx:
         code = jax_mlir.module_to_bytecode(module)
+    del module, ctx
     serialized = jmlir.serialize_portable_artifact(code, jax_mlir.stablehlo_export_target_version())
     exported = jax_export.exported(
         fun_name="main",
