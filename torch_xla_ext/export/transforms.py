@@ -49,15 +49,19 @@ def _resource_constant(arr: np.ndarray, dtype: str, resources: dict[str, np.ndar
     return name
 
 
-def _constant_attribute(value: np.ndarray | str, arg_type: Any, dtype: str | None) -> Any:
+def _constant_attribute(value: np.ndarray | str, arg_type: Any, dtype: str | None, named: dict[str, Any]) -> Any:
     """The attribute of a constant made inside the new `main`: a ``dense_resource`` placeholder
     named ``value`` (no data: the array stays in Bundle.resources), or ``value``'s elements in
-    ``dtype`` (the manifest's: as the values' numbers, not their bits), which is the argument's."""
+    ``dtype`` (the manifest's: as the values' numbers, not their bits), which is the argument's.
+    ``named`` holds the module's resource attributes by name: MLIR renames a second handle of a
+    name it already has (``name_1``), so each name is made once per context."""
     from jax.extend.mlir import ir
 
     if isinstance(value, str):
-        # jaxlib's builder for resources takes the data; a placeholder is its attribute syntax.
-        return ir.Attribute.parse(f"dense_resource<{value}> : {arg_type}")
+        if value not in named:
+            # jaxlib's builder for resources takes the data; a placeholder is its attribute syntax.
+            named[value] = ir.Attribute.parse(f"dense_resource<{value}> : {arg_type}")
+        return named[value]
     return main_wrapper.dense_attribute(np.asarray(value).astype(np_dtype(dtype), copy=False), arg_type)
 
 
@@ -84,14 +88,16 @@ def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray | str], transform: str, 
         # Values inlined before (inline_constants) move up into the new `main` with the new ones,
         # so every inlined value stays at the top of `main`, where run binds them as arguments.
         hoisted: dict[int, str] = {}
+        named: dict[str, Any] = {}
         for op in list(block.operations):
             found = resource_of(op, MODULE_FILE)
             if found is not None:
+                named[found[0]] = op.attributes["value"]
                 constant_to_argument(main, op)
                 hoisted[len(block.arguments) - 1] = found[0]
         arg_types = [a.type for a in block.arguments]
         inputs = bundle.manifest.inputs
-        constants = {i: _constant_attribute(v, arg_types[i], inputs[i].dtype if i < len(inputs) else None)
+        constants = {i: _constant_attribute(v, arg_types[i], inputs[i].dtype if i < len(inputs) else None, named)
                      for i, v in {**drop, **hoisted}.items()}
         main_wrapper.wrap_main(module, main, keep, constants, inner)
         if not module.operation.verify():
