@@ -4,7 +4,7 @@
 submodule and keeps each call's tensor inputs and outputs, named by the module's path and the
 pytree path of each tensor. ``save`` writes them to one safetensors file whose metadata (JSON
 text) lists the calls; ``load_capture`` reads it back in another process, where
-``compare_capture`` compares it with a CPU run of the reference (:mod:`.localization`).
+``localization.compare_capture`` compares it with a CPU run of the reference (:mod:`.localization`).
 
 Example:
     >>> cap = capture(model, (ids,), {"attention_mask": mask}, dtype="bf16")   # doctest: +SKIP
@@ -21,6 +21,7 @@ import os
 from typing import Any, Callable
 
 from torch_xla_ext.parity import runners
+from torch_xla_ext.parity._checks import check_inputs
 from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityTypeError
 
 __all__ = ["Capture", "ModuleCall", "capture", "load_capture", "record_calls"]
@@ -148,9 +149,7 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
     import torch_xla
     import torch_xla.core.xla_model as xm
 
-    from torch_xla_ext.parity.api import _check_inputs
-
-    inputs, kwargs = _check_inputs(inputs, kwargs)
+    inputs, kwargs = check_inputs(inputs, kwargs)
     tdtype = runners.torch_dtype(dtype)
     device = torch_xla.device() if device is None else device
     with runners.user_rng_preserved():
@@ -213,20 +212,3 @@ def load_capture(path: str | os.PathLike) -> Capture:
         raise CaptureError(f"{path}: not a readable safetensors file ({e})") from None
     info = {k.removeprefix("info."): v for k, v in meta.items() if k.startswith("info.")}
     return Capture(calls, outputs, meta.get("dtype", "input dtypes"), meta.get("device", "?"), info)
-
-
-def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
-                    rtol: float | None = None, atol: float | None = None, seed: int = 0):
-    """Compares a capture (a :class:`Capture` or its file) with CPU runs of ``reference`` on the
-    same inputs: the verdict on the final outputs (CPU eager in the capture's dtype, fp64 golden)
-    and every module's own, inherited and total error (:mod:`.localization`). Runs without XLA.
-
-    Example:
-        >>> report = compare_capture("xla_run.safetensors", model, (x,))  # doctest: +SKIP
-        >>> report.first_divergent_module  # doctest: +SKIP
-        'model.layers.1.mlp.down_proj'
-    """
-    from torch_xla_ext.parity import localization as _localize
-
-    cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
-    return _localize.compare(cap, reference, inputs, kwargs, rtol=rtol, atol=atol, seed=seed)
