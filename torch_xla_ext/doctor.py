@@ -34,9 +34,10 @@ import torch.nn.functional as F
 from torch_xla_ext import collectives, jax_call
 from torch_xla_ext import _device, _factory, _plot
 from torch_xla_ext.errors import InternalError, TorchXlaExtError
-from torch_xla_ext.graph_breaks import _SINK  # where the block's print goes (a break whatever its file)
+from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
 
-__all__ = ["DoctorBlock", "DoctorReport", "example", "run"]
+__all__ = ["DoctorBlock", "DoctorReport", "SectionFailed", "example", "export_section", "graph_breaks_section",
+           "jax_call_section", "json_safe", "parity_section", "run"]
 
 WIDTH = 32
 SCALE = 0.5  # the all-reduce's scale, e.g. averaging over two micro-batches
@@ -79,7 +80,7 @@ class DoctorBlock(torch.nn.Module):
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v
         x = x + self.proj(att)
         if self.graph_break:
-            print("doctor: attention done", file=_SINK)
+            print("doctor: attention done", file=DISCARD)
         h = self.down(F.gelu(self.up(x)))
         if self.use_jax:
             if x.device.type == "xla":
@@ -211,7 +212,7 @@ class DoctorReport:
                              for s in self.sections}}
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), allow_nan=False, **kwargs)  # strict JSON: see _json_safe
+        return json.dumps(self.to_dict(), allow_nan=False, **kwargs)  # strict JSON: see json_safe
 
     def to_markdown(self) -> str:
         out = [f"# torch-xla-ext doctor: {self.model}", "", f"Ran on XLA:{_device.current()}.", "",
@@ -228,7 +229,7 @@ class DoctorReport:
         return "\n".join(out) + "\n"
 
 
-def _json_safe(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """``obj`` as strict JSON values: non-finite floats become "nan", "inf" and "-inf" (JSON has
     none), tuples lists, keys strings, numpy scalars and arrays Python values; strings are kept
     as they are; anything else is its ``str``."""
@@ -241,21 +242,21 @@ def _json_safe(obj: Any) -> Any:
             return "inf" if obj > 0 else "-inf"
         return obj
     if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _json_safe(dataclasses.asdict(obj))
+        return json_safe(dataclasses.asdict(obj))
     item = getattr(obj, "tolist", None)  # numpy scalars and arrays
     if callable(item) and type(obj).__module__ == "numpy":
-        return _json_safe(item())
+        return json_safe(item())
     return str(obj)
 
 
 # ---- sections -------------------------------------------------------------------------------
 
 
-def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
+def parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     from torch_xla_ext import parity
 
     reports = {}
@@ -325,7 +326,7 @@ def _plot_ulps(reports, path: str) -> str | None:
     return path
 
 
-def _export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
+def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     import numpy as np
     import torch.utils._pytree as pytree
 
@@ -411,7 +412,7 @@ def _export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     return summary, "\n".join(md), data
 
 
-def _jax_call_section(model, inputs) -> tuple[str, str, dict]:
+def jax_call_section(model, inputs) -> tuple[str, str, dict]:
     import torch_xla
 
     dev = torch_xla.device()
@@ -427,7 +428,7 @@ def _jax_call_section(model, inputs) -> tuple[str, str, dict]:
     return summary, "\n".join(md), data
 
 
-def _graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, str, dict]:
+def graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, str, dict]:
     from torch_xla_ext import graph_breaks
 
     cmp = graph_breaks.compare(model_spec, modes=("lazy", "dynamo"), warmup=2, steps=steps, progress=progress)
@@ -483,12 +484,12 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
         jax_model = None
 
     plan: list[tuple[str, Callable[[], tuple[str, str, dict]]]] = [
-        ("parity", lambda: _parity_section(model_fn, inputs, kwargs, out_dir)),
-        ("export", lambda: _export_section(export_fn(), inputs, kwargs, out_dir)),
+        ("parity", lambda: parity_section(model_fn, inputs, kwargs, out_dir)),
+        ("export", lambda: export_section(export_fn(), inputs, kwargs, out_dir)),
     ]
     if jax_model is not None:
-        plan.append(("call_jax", lambda: _jax_call_section(jax_model, inputs)))
-    plan.append(("graph_breaks", lambda: _graph_breaks_section(gb_spec, out_dir, progress, steps)))
+        plan.append(("call_jax", lambda: jax_call_section(jax_model, inputs)))
+    plan.append(("graph_breaks", lambda: graph_breaks_section(gb_spec, out_dir, progress, steps)))
 
     sections = []
     plots_skipped: list[str] = []
@@ -522,7 +523,7 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
             for m in skipped:
                 progress(f"[{i}/{len(plan)}] {sec}: {m}")
         progress(f"[{i}/{len(plan)}] {sec}: {summary} ({dt:.1f} s)")
-        sections.append(Section(sec, status, summary, md, _json_safe(data), dt))
+        sections.append(Section(sec, status, summary, md, json_safe(data), dt))
 
     files = sorted(os.path.relpath(os.path.join(d, f), out_dir) for d, _, fs in os.walk(out_dir) for f in fs)
     files = sorted(set(files) | {"report.md", "report.json"})
