@@ -54,11 +54,10 @@ def aten_op_name(target: Any) -> str | None:
     """'aten::digamma' for torch.ops.aten.digamma.default (any operator overload or packet, in
     any namespace: aten, prims, a custom op's); None for anything that is not a torch operator
     (a Python callable such as operator.getitem)."""
-    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        schema_name = getattr(target, "_schema", None)
-        if schema_name is not None:
-            return str(schema_name.name)
-        return str(target.name())
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target._schema.name)
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return str(target._qualified_op_name)
     return None
 
 
