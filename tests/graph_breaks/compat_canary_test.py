@@ -485,3 +485,20 @@ def test_jax_export_names_a_serialization_version_it_does_not_read():
         jax_export.deserialize(data)
     assert jax_export.unsupported_version(info.value) == 99
     assert jax_export.unsupported_version(ValueError("truncated")) is None
+
+
+# ---- torch._logging's structured trace ----------------------------------------------------------------
+
+
+def test_structured_trace_takes_an_artifact_under_a_compile_id():
+    """``trace_structured("artifact", ..., compile_id=CompileId.from_string(...))`` and the
+    trace logger's handlers (what ``trace_log.active`` reads)."""
+    from torch_xla_ext._compat import trace_log
+
+    with oracles.TraceLog() as trace:
+        assert trace_log.active()  # a listener on torch's trace logger
+        trace_log.artifact("txe_canary", {"figure": 1}, "0/0")
+        trace_log.artifact("txe_canary", {"figure": 2}, None)
+    assert trace.kinds["artifact:txe_canary"] == 2
+    with pytest.raises(ValueError):
+        trace_log.artifact("txe_canary", {}, "not a compile id")
