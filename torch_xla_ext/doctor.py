@@ -38,9 +38,10 @@ import torch.nn.functional as F
 from torch_xla_ext import collectives, jax_call
 from torch_xla_ext import _device, _factory, _json, _plot
 from torch_xla_ext.errors import InternalError, TorchXlaExtError
-from torch_xla_ext.graph_breaks import _SINK  # where the block's print goes (a break whatever its file)
+from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
 
-__all__ = ["DoctorBlock", "DoctorReport", "example", "run"]
+__all__ = ["DoctorBlock", "DoctorReport", "SectionFailed", "example", "export_section", "graph_breaks_section",
+           "jax_call_section", "json_safe", "parity_section", "run"]
 
 WIDTH = 32
 SCALE = 0.5  # the all-reduce's scale, e.g. averaging over two micro-batches
@@ -83,7 +84,7 @@ class DoctorBlock(torch.nn.Module):
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v
         x = x + self.proj(att)
         if self.graph_break:
-            print("doctor: attention done", file=_SINK)
+            print("doctor: attention done", file=DISCARD)
         h = self.down(F.gelu(self.up(x)))
         if self.use_jax:
             if x.device.type == "xla":
@@ -232,7 +233,7 @@ class DoctorReport:
         return "\n".join(out) + "\n"
 
 
-def _json_safe(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """``obj`` as strict JSON values under the package's one JSON rule (torch_xla_ext/_json.py);
     anything JSON has no type for is its ``str``."""
     return _json.encode(obj, default=str)
@@ -241,7 +242,7 @@ def _json_safe(obj: Any) -> Any:
 # ---- sections -------------------------------------------------------------------------------
 
 
-def _parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
+def parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     from torch_xla_ext import parity
 
     reports = {}
@@ -311,7 +312,7 @@ def _plot_ulps(reports, path: str) -> str | None:
     return path
 
 
-def _export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
+def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     import numpy as np
     import torch.utils._pytree as pytree
 
@@ -397,7 +398,7 @@ def _export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     return summary, "\n".join(md), data
 
 
-def _jax_call_section(model, inputs) -> tuple[str, str, dict]:
+def jax_call_section(model, inputs) -> tuple[str, str, dict]:
     import torch_xla
 
     dev = torch_xla.device()
@@ -413,7 +414,7 @@ def _jax_call_section(model, inputs) -> tuple[str, str, dict]:
     return summary, "\n".join(md), data
 
 
-def _graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, str, dict]:
+def graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, str, dict]:
     from torch_xla_ext import graph_breaks
 
     cmp = graph_breaks.compare(model_spec, modes=("lazy", "dynamo"), warmup=2, steps=steps, progress=progress)
@@ -469,12 +470,12 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
         jax_model = None
 
     plan: list[tuple[str, Callable[[], tuple[str, str, dict]]]] = [
-        ("parity", lambda: _parity_section(model_fn, inputs, kwargs, out_dir)),
-        ("export", lambda: _export_section(export_fn(), inputs, kwargs, out_dir)),
+        ("parity", lambda: parity_section(model_fn, inputs, kwargs, out_dir)),
+        ("export", lambda: export_section(export_fn(), inputs, kwargs, out_dir)),
     ]
     if jax_model is not None:
-        plan.append(("call_jax", lambda: _jax_call_section(jax_model, inputs)))
-    plan.append(("graph_breaks", lambda: _graph_breaks_section(gb_spec, out_dir, progress, steps)))
+        plan.append(("call_jax", lambda: jax_call_section(jax_model, inputs)))
+    plan.append(("graph_breaks", lambda: graph_breaks_section(gb_spec, out_dir, progress, steps)))
 
     sections = []
     plots_skipped: list[str] = []
@@ -508,7 +509,7 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
             for m in skipped:
                 progress(f"[{i}/{len(plan)}] {sec}: {m}")
         progress(f"[{i}/{len(plan)}] {sec}: {summary} ({dt:.1f} s)")
-        sections.append(Section(sec, status, summary, md, _json_safe(data), dt))
+        sections.append(Section(sec, status, summary, md, json_safe(data), dt))
 
     files = sorted(os.path.relpath(os.path.join(d, f), out_dir) for d, _, fs in os.walk(out_dir) for f in fs)
     files = sorted(set(files) | {"report.md", "report.json"})

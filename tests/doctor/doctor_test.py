@@ -29,7 +29,7 @@ def _png_facts(data: bytes) -> tuple[int, int, int]:
 
 def test_json_safe_keeps_strings_and_makes_non_finite_values_strict_json():
     data = {"msg": "NaN and Infinity stay text", "v": [math.nan, math.inf, -math.inf, 1.5], (1, 2): ("a", None)}
-    safe = doctor._json_safe(data)
+    safe = doctor.json_safe(data)
     assert safe == {"msg": "NaN and Infinity stay text", "v": ["nan", "inf", "-inf", 1.5], "(1, 2)": ["a", None]}
     assert json.loads(json.dumps(safe, allow_nan=False)) == safe
 

@@ -27,7 +27,7 @@ class Residual(torch.nn.Module):
 
 def test_zoo_model_is_ok_with_figures(tmp_path):
     model, args, kwargs = zoo.build("bert")
-    summary, md, data = doctor._export_section(model, args, kwargs, str(tmp_path))
+    summary, md, data = doctor.export_section(model, args, kwargs, str(tmp_path))
     assert "JAX run vs torch_xla: bit-equal" in summary
     assert data["bundle_dir"] == "bundle" and (tmp_path / "bundle" / "manifest.json").is_file()
     assert [u["name"] for u in export.Manifest.from_dict(data["manifest"]).user_inputs()] == [
@@ -43,7 +43,7 @@ def test_comparison_beyond_tolerance_keeps_manifest_and_figures(tmp_path):
     exact = x.double().numpy() @ model.lin.weight.detach().double().numpy().T
     c = torch.from_numpy(exact.astype(np.float32))
     with pytest.raises(doctor.SectionFailed) as e:
-        doctor._export_section(model, (x, c), {}, str(tmp_path))
+        doctor.export_section(model, (x, c), {}, str(tmp_path))
     f = e.value
     assert "beyond float32 tolerance" in f.summary
     (row,) = f.data["run_vs_torch_xla"]

@@ -130,7 +130,7 @@ def named_tensors(output, prefix: str = "output") -> list[tuple[str, torch.Tenso
 
 def test_switch_moe_in_the_doctor(switch, tmp_path):
     model, args, kwargs, _, _ = switch
-    summary, md, data = doctor._export_section(model, args, kwargs, str(tmp_path))
+    summary, md, data = doctor.export_section(model, args, kwargs, str(tmp_path))
     assert "JAX run vs torch_xla" in summary and f"traced by: {LAZY}" in md
     assert data["manifest"]["traced_by"] == LAZY
 
@@ -260,7 +260,7 @@ def test_no_fallback_names_the_guard_too():
 def test_mixtral_in_the_doctor_is_a_typed_error(tmp_path):
     model, args, kwargs = zoo.build("mixtral")
     with pytest.raises(errors.TorchXlaExtError) as info:
-        doctor._export_section(model, args, kwargs, str(tmp_path))
+        doctor.export_section(model, args, kwargs, str(tmp_path))
     assert isinstance(info.value, export.ExportLoweringError)
     assert type(model.get_submodule(info.value.module_path)).__name__ == zoo.MODELS["mixtral"].data_dependent
 

@@ -51,7 +51,7 @@ def _x():
 
 def test_every_rewritten_op_is_one_the_decompositions_keep():
     # A name that no longer resolves (an op renamed upstream) would silently drop out of the rewrite.
-    for name in exporter._ALL_DIMS_WHEN_EMPTY:
+    for name in exporter.ALL_DIMS_WHEN_EMPTY:
         packet, overload = name.split(".")
         assert getattr(getattr(aten, packet), overload) is not None
 
@@ -94,7 +94,7 @@ def test_a_lowering_that_changes_an_output_shape_is_refused():
     tx = compat.export_program(ep)
     assert tx.output_signature[0][0] == [3, 5]  # torch_xla's wrong shape; eager's is []
     with pytest.raises(export.ExportLoweringError, match=r"output\[0\].*\[3, 5\].*\[\]") as info:
-        exporter._check_output_shapes(ep, tx, ["output[0]"])
+        exporter.check_output_shapes(ep, tx, ["output[0]"])
     assert isinstance(info.value, NotImplementedError)
 
 

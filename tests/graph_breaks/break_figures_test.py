@@ -110,7 +110,7 @@ def check_each_figure(r, counted, logged, reasons):
 @pytest.mark.parametrize("train", [False, True], ids=["forward", "train"])
 @pytest.mark.parametrize("jump, item", [(False, False), (True, False), (False, True), (True, True)],
                          ids=["plain", "jump", "item", "jump+item"])
-def test_each_break_figure_counts_what_its_upstream_record_counts(train, jump, item):
+def test_each_break_figure_counts_what_its_upstream_record_counts(train, jump, item, tmp_path):
     torch.manual_seed(0)
     model = Branchy(jump, item).to(DEVICE)
     x = torch.randn(4, 8).to(DEVICE)

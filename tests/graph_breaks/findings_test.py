@@ -14,12 +14,11 @@ import torch.nn.functional as F
 import torch_xla
 
 from torch_xla_ext import graph_breaks as gb
-from torch_xla_ext._compat import dynamo as _dynamo
 
 from tests.graph_breaks import factories
 
 DEVICE = torch_xla.device()
-(ADAPTIVE_POOL,) = [k for k in _dynamo.KNOWN_FAILURES if k["aten_op"] == "aten::adaptive_avg_pool2d"]
+(ADAPTIVE_POOL,) = [k for k in gb.KNOWN_FAILURES if k["aten_op"] == "aten::adaptive_avg_pool2d"]
 
 
 def pool(x):
@@ -36,7 +35,7 @@ def test_canary_torch_xla_still_fails_adaptive_avg_pool2d_with_the_text_we_match
         with torch.no_grad():
             torch.compile(pool, backend="openxla")(x)
     assert ADAPTIVE_POOL["message"] in str(info.value)
-    f = _dynamo.describe_failure(info.value)
+    f = gb.describe_failure(info.value)
     assert f["aten_op"] == "aten::adaptive_avg_pool2d" and f["known"] == ADAPTIVE_POOL
     assert f["exception"].startswith("RuntimeError: " + ADAPTIVE_POOL["message"])
     assert f["raised_by"].startswith("torch_xla's C++ kernel") and f["layer"] == "torch_xla"
@@ -140,7 +139,7 @@ def test_a_failure_while_the_bridge_runs_a_graph_is_described_by_its_frames():
     with pytest.raises(RuntimeError) as info:
         torch.compile(step, backend="openxla")(x)
         torch_xla.sync()
-    f = _dynamo.describe_failure(info.value)
+    f = gb.describe_failure(info.value)
     assert f["layer"] == "XLA runtime" and "_XLAC._run_cached_graph" in f["raised_by"]
     assert "torch_xla's openxla bridge" in f["raised_by"] and "torch_xla's openxla bridge" in f["layers"]
     assert f["node"] is None and f["known"] is None
@@ -160,7 +159,7 @@ def test_a_failure_in_pytorchs_own_code_is_named_as_pytorchs():
         torch.compile(one_value_norm, backend="openxla")(x)
     with pytest.raises(ValueError):  # the oracle: CPU eager fails the same way
         one_value_norm(x.cpu())
-    f = _dynamo.describe_failure(info.value)
+    f = gb.describe_failure(info.value)
     assert f["layer"] == "PyTorch" and f["raised_by"].startswith("PyTorch (functional.py:")
     assert f["aten_op"] == "aten::batch_norm" and f["node"]["target"].endswith("batch_norm")
     assert f["source"]["line"] == inspect.getsourcelines(one_value_norm)[1] + 1

@@ -138,7 +138,7 @@ def test_training_actually_trains(trained):
 
 def test_mlp_step_returning_loss_detach_is_named_as_the_torch_xla_bug():
     from torch_xla_ext import errors
-    from torch_xla_ext._compat.dynamo import TorchXlaBridgeBug
+    from torch_xla_ext.graph_breaks import TorchXlaBridgeBug
 
     def run(accounted):
         torch._dynamo.reset()

@@ -169,7 +169,7 @@ def test_zoo_program_opens_in_model_explorer(name, server, tmp_path):
     from torch_xla_ext.parity import runners
     from jax.extend.mlir import ir
 
-    from torch_xla_ext.parity.stablehlo import Program, _location_name, functions, parse
+    from torch_xla_ext.parity.stablehlo import Program, location_name, functions, parse
 
     model, args, kwargs = zoo.build(name)
     run = runners.run_xla(model, args, kwargs, runners.torch_dtype("bf16"), 0, True)
@@ -186,7 +186,7 @@ def test_zoo_program_opens_in_model_explorer(name, server, tmp_path):
     ctx, module = parse(program.text, "the program")
     with ctx:
         (main,) = [f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == "main"]
-        ops = [(op.operation.name, _location_name(op.operation.location))
+        ops = [(op.operation.name, location_name(op.operation.location))
                for op in main.regions[0].blocks[0].operations]
     ids = explorer.node_ids(text)["main"]
     assert len(ids) == len(ops)

@@ -39,7 +39,7 @@ def _weight_readers(model, run):
     that reads an HLO parameter equal, bit for bit, to exactly one module's ``weight``."""
     from jax.extend.mlir import ir
 
-    from torch_xla_ext.parity.stablehlo import Program, _location_name, functions, parse
+    from torch_xla_ext.parity.stablehlo import Program, location_name, functions, parse
 
     cast = runners.torch_dtype("bf16")
     owners = {}
@@ -65,7 +65,7 @@ def _weight_readers(model, run):
             if op.name in _READERS:
                 for v in op.operands:
                     if source.get(v) in owners:
-                        out.append((_location_name(op.location), owners[source[v]]))
+                        out.append((location_name(op.location), owners[source[v]]))
     return out
 
 

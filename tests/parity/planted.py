@@ -143,4 +143,4 @@ def planted_effect(model: torch.nn.Module, broken: torch.nn.Module, capture: Any
         with torch.no_grad(), runners.default_dtype(torch.float64):
             outs.append(dict(runners.tensor_leaves(m64(*[t.clone() for t in pos]))))  # in-place modules
     limit = float(torch.finfo(torch.float64).max)
-    return localization._rms_error(outs[0], outs[1], limit)
+    return localization.rms_error(outs[0], outs[1], limit)

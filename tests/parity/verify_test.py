@@ -320,7 +320,7 @@ def test_doctor_shows_an_exception_verdict_as_an_error_row(tmp_path):
             return x * 2
 
     with pytest.raises(doctor.SectionFailed) as info:
-        doctor._parity_section(FailsOnXla, (torch.randn(4),), {}, str(tmp_path))
+        doctor.parity_section(FailsOnXla, (torch.randn(4),), {}, str(tmp_path))
     assert "EXCEPTION" in info.value.summary
     assert info.value.data["fp32"]["verdict"] == "EXCEPTION"
 

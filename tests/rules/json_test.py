@@ -135,7 +135,7 @@ def test_doctor_report(tmp_path):
     pytest.importorskip("torch")
     from torch_xla_ext import doctor
 
-    data = doctor._json_safe({"median_ms": NAN, "err": (INF, -INF), "arr": np.float64([1.0, np.nan]), "obj": object})
+    data = doctor.json_safe({"median_ms": NAN, "err": (INF, -INF), "arr": np.float64([1.0, np.nan]), "obj": object})
     rep = doctor.DoctorReport("m", str(tmp_path), [doctor.Section("parity", "ok", "s", "md", data, 0.5)], [])
     d = strict(rep.to_json())
     assert d["sections"]["parity"]["median_ms"] == "nan" and d["sections"]["parity"]["err"] == ["inf", "-inf"]

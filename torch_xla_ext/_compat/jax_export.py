@@ -12,6 +12,7 @@ all unspecified (None), which is what a bundle's single-device ``main`` has.
 from __future__ import annotations
 
 import dataclasses
+import re
 import struct
 from typing import Any
 
@@ -79,3 +80,13 @@ def deserialize(data: bytes) -> Any:
             NotImplementedError) as e:  # NotImplementedError: jax's 'unsupported version N'
         # flatbuffers reads whatever the bytes say: a truncated or foreign file fails anywhere.
         raise ValueError(f"not a jax.export serialization this JAX reads ({type(e).__name__}: {e})") from None
+
+
+_UNSUPPORTED_VERSION = re.compile(r"unsupported version (\d+)")
+
+
+def unsupported_version(error: BaseException) -> int | None:
+    """The serialization version a ``jax.export.deserialize`` ValueError says this JAX does not
+    read ("unsupported version N"), or None when the error says something else."""
+    m = _UNSUPPORTED_VERSION.search(str(error))
+    return int(m.group(1)) if m else None

@@ -12,10 +12,32 @@ neither depends on nor changes the process's JAX configuration (``jax_enable_x64
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Sequence
 
 import numpy as np
+
+
+# How MLIR's parser names a dialect it does not have (pt2e exports use `quant`, for example):
+# `!"quant"<...>` type created with unregistered dialect; 'quant.qcast' op ... unregistered
+# dialect; Dialect `quant' not found for custom op.
+_DIALECT_ERRORS = (
+    re.compile(r"[!#]\"?([A-Za-z_]\w*)\"?[<.]"),
+    re.compile(r"'([A-Za-z_]\w*)\.[\w.]+' op"),
+    re.compile(r"[Dd]ialect [`'\"]([A-Za-z_]\w*)[`'\"]"),
+)
+
+
+def unknown_dialect(message: str) -> str | None:
+    """The dialect an MLIR parse error says is unregistered, if it says so."""
+    if "unregistered dialect" not in message and not re.search(r"[Dd]ialect .* not found", message):
+        return None
+    for pattern in _DIALECT_ERRORS:
+        m = pattern.search(message)
+        if m:
+            return m.group(1)
+    return None
 
 
 def isa(value: Any, cls: type) -> bool:

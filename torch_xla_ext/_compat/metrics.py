@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterable
 import torch_xla
 import torch_xla.debug.metrics as _met
 
+from torch_xla_ext.errors import InternalError
+
 __all__ = [
     "MetricValue",
     "Snapshot",
@@ -38,7 +40,9 @@ __all__ = [
     "snapshot",
     "fallback_counters",
     "wait_device_ops",
-    "SyncWatch",
+    "counter_reader",
+    "replace_step_marker",
+    "restore_step_marker",
     "metric_samples",
 ]
 
@@ -182,47 +186,33 @@ class CounterWindow:
         return Snapshot(merged, now.metrics).diff(self._start)
 
 
-# ---- lazy-tensor syncs -----------------------------------------------------------------------
+# ---- the step marker (every lazy-tensor sync) ------------------------------------------------
 
-_sync_ledgers: list[Any] = []  # copy on write
-_sync_tap: Any = None
 _original_step_marker: Callable[..., Any] | None = None
 
 
-class SyncWatch:
-    """Records each lazy-tensor sync (``torch_xla.sync()`` / ``xm.mark_step()``, both end in
-    ``_XLAC._xla_step_marker``) into ``ledger`` (a ``_ext.graph_breaks.Ledger``) while open: one
-    ``sync`` event keyed by how many graphs it launched, with its duration and the calling
-    thread's replica. A C++ Tap stands in for the step marker, so a sync pays under a microsecond."""
+def counter_reader() -> Callable[[str], Any]:
+    """torch_xla's counter read itself (``_XLAC._xla_counter_value``: a name -> value or None),
+    for C++ that reads counters on every sync without a Python frame in between."""
+    return torch_xla._XLAC._xla_counter_value
 
-    def __init__(self, ledger: Any, replica_fn: Callable[[], int] | None = None):
-        self._ledger = ledger
-        self._replica_fn = replica_fn
 
-    def __enter__(self) -> "SyncWatch":
-        global _original_step_marker, _sync_ledgers, _sync_tap
-        from torch_xla_ext._ext import graph_breaks as _core
+def replace_step_marker(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replaces ``_XLAC._xla_step_marker`` (where ``torch_xla.sync()`` and ``xm.mark_step()`` end)
+    with ``make(original)`` until :func:`restore_step_marker`."""
+    global _original_step_marker
+    if _original_step_marker is not None:
+        raise InternalError("torch_xla_ext._compat.metrics.replace_step_marker: already replaced")
+    _original_step_marker = torch_xla._XLAC._xla_step_marker
+    torch_xla._XLAC._xla_step_marker = make(_original_step_marker)
 
-        with _lock:
-            if not _sync_ledgers:
-                _original_step_marker = torch_xla._XLAC._xla_step_marker
-                _sync_tap = _core.Tap(_original_step_marker, "sync", replica_fn=self._replica_fn,
-                                      counter_value=torch_xla._XLAC._xla_counter_value)
-                torch_xla._XLAC._xla_step_marker = _sync_tap.stand_in()
-            _sync_ledgers = [*_sync_ledgers, self._ledger]
-            _sync_tap.set_ledgers(_sync_ledgers)
-        return self
 
-    def __exit__(self, *exc) -> None:
-        global _sync_ledgers, _sync_tap
-        with _lock:
-            rest = list(_sync_ledgers)
-            rest.remove(self._ledger)
-            _sync_ledgers = rest
-            _sync_tap.set_ledgers(_sync_ledgers)
-            if not _sync_ledgers and _original_step_marker is not None:
-                torch_xla._XLAC._xla_step_marker = _original_step_marker
-                _sync_tap = None
+def restore_step_marker() -> None:
+    """Puts back the step marker :func:`replace_step_marker` replaced."""
+    global _original_step_marker
+    if _original_step_marker is not None:
+        torch_xla._XLAC._xla_step_marker = _original_step_marker
+        _original_step_marker = None
 
 
 # ---- timestamps --------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
     out_names = ["output" + p for p in leaf_paths(ep.call_spec.out_spec)] if ep.call_spec.out_spec else None
     if out_names is not None and len(out_names) != len(tx.output_signature):
         out_names = None  # non-tensor leaves in the return value: no reliable pairing
-    _check_output_shapes(ep, tx, out_names)
+    check_output_shapes(ep, tx, out_names)
     bundle = from_torch_xla(tx, kinds_by_target, leaves, calls, output_names=out_names)
     bundle.manifest.transforms.extend(transforms)
     bundle.torch_xla_export = tx
@@ -151,7 +151,7 @@ def _fallback(model, args, kwargs, names, start, error, stage, options):
     return lazy.export_lazy(model, args, kwargs, names, start, why=error, stage=stage)
 
 
-def _check_output_shapes(ep, tx, out_names: list[str] | None) -> None:
+def check_output_shapes(ep, tx, out_names: list[str] | None) -> None:
     """Every output of torch_xla's program has the shape torch.export's program gives it; a
     lowering that changes one computes something else, and is refused rather than saved."""
     import torch
@@ -221,7 +221,7 @@ def _to_torch_xla(ep, options: ExportOptions):
 # dimension in torch_xla 2.9's lowering, which returns x unchanged: measured op by op against CPU
 # eager in tests/export/reductions_test.py. torch.export's decompositions emit some of them
 # (nll_loss -> sum(x, []), so every cross_entropy loss with reduction="mean").
-_ALL_DIMS_WHEN_EMPTY = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var.correction",
+ALL_DIMS_WHEN_EMPTY = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var.correction",
                         "std.correction", "var_mean.correction", "std_mean.correction",
                         "linalg_vector_norm.default")
 
@@ -236,7 +236,7 @@ def reductions_over_all_dims(graph_module) -> list[str]:
     import torch
 
     targets = set()
-    for name in _ALL_DIMS_WHEN_EMPTY:
+    for name in ALL_DIMS_WHEN_EMPTY:
         packet, overload = name.split(".")
         op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
         if op is not None:

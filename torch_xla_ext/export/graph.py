@@ -34,16 +34,6 @@ MAX_NESTING = 1000
 _BRACKET_STEP = np.zeros(256, np.int8)
 _BRACKET_STEP[[ord(c) for c in "([{<"]] = 1
 _BRACKET_STEP[[ord(c) for c in ")]}>"]] = -1
-# How MLIR's parser names a dialect it does not have (pt2e exports use `quant`, for example):
-# `!"quant"<...>` type created with unregistered dialect; 'quant.qcast' op ... unregistered
-# dialect; Dialect `quant' not found for custom op.
-_DIALECT_ERRORS = (
-    re.compile(r"[!#]\"?([A-Za-z_]\w*)\"?[<.]"),
-    re.compile(r"'([A-Za-z_]\w*)\.[\w.]+' op"),
-    re.compile(r"[Dd]ialect [`'\"]([A-Za-z_]\w*)[`'\"]"),
-)
-
-
 DIALECT_ERROR = "uses the MLIR dialect"
 
 
@@ -71,23 +61,12 @@ def parse(text: str, where: str):
         except ir.MLIRError as e:
             message = str(e)
             detail = " ".join(line.strip() for line in message.splitlines()[:3])
-            dialect = unknown_dialect(message)
+            dialect = jax_mlir.unknown_dialect(message)  # MLIR's text: matched in _compat
             if dialect:
                 raise BundleError(f"{where}: {DIALECT_ERROR} '{dialect}', which JAX's MLIR context does not "
                                   f"register, so the module cannot be loaded or run here ({detail})") from None
             raise BundleError(f"{where}: not a parsable StableHLO module ({detail})") from None
     return ctx, module
-
-
-def unknown_dialect(message: str) -> str | None:
-    """The dialect an MLIR parse error says is unregistered, if it says so."""
-    if "unregistered dialect" not in message and not re.search(r"[Dd]ialect .* not found", message):
-        return None
-    for pattern in _DIALECT_ERRORS:
-        m = pattern.search(message)
-        if m:
-            return m.group(1)
-    return None
 
 
 def main_func(module, where: str):

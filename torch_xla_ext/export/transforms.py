@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from typing import Any
 
 import numpy as np
@@ -266,8 +265,8 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     try:
         exported = jax_export.deserialize(data)
     except ValueError as e:
-        newer = re.search(r"unsupported version (\d+)", str(e))  # jax's words for a version it lacks
-        if newer and int(newer.group(1)) > 0:
+        newer = jax_export.unsupported_version(e)  # jax's words: matched in _compat
+        if newer is not None and newer > 0:
             raise BundleVersionError(f"{epath}: written by a newer jax.export than jax {jax.__version__} reads "
                                      f"({e})") from None
         raise BundleError(f"{epath}: not a jax.export.Exported this JAX ({jax.__version__}) reads: {e}") from None

@@ -43,26 +43,32 @@ _versions.require_torch_stack("graph_breaks")  # before anything here imports to
 
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.graph_breaks.compare import Comparison, ModeResult, compare
-from torch_xla_ext.graph_breaks.example import _SINK, example, example_inputs, example_model
+from torch_xla_ext.graph_breaks.example import DISCARD, example, example_inputs, example_model
+from torch_xla_ext.graph_breaks.failures import KNOWN_FAILURES, describe_failure
 from torch_xla_ext.graph_breaks.html import write_html
 from torch_xla_ext.graph_breaks.ledger import GraphBreakLedger, account, native_ledger
 from torch_xla_ext.graph_breaks.merge import MergedReport, merge
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport, WorkerError, load_report
 from torch_xla_ext.graph_breaks.trace import write_trace
+from torch_xla_ext.graph_breaks.watch import TorchXlaBridgeBug
 from torch_xla_ext.graph_breaks.worker import MODES, default_loss
 
 __all__ = [
     "Comparison",
+    "DISCARD",
     "GraphBreakError",
     "GraphBreakLedger",
     "GraphBreakReport",
+    "KNOWN_FAILURES",
     "MODES",
     "MergedReport",
     "ModeResult",
+    "TorchXlaBridgeBug",
     "WorkerError",
     "account",
     "compare",
     "default_loss",
+    "describe_failure",
     "example",
     "example_inputs",
     "example_model",

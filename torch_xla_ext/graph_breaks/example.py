@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["example", "example_inputs", "example_model"]
+__all__ = ["DISCARD", "example", "example_inputs", "example_model"]
 
 
 def example_model(print_break: bool = True, data_dependent_if: bool = True, digamma: bool = True, width: int = 16):
@@ -31,7 +31,7 @@ def example_model(print_break: bool = True, data_dependent_if: bool = True, diga
         def forward(self, x):
             h = torch.relu(self.l1(x))
             if print_break:
-                print("graph_breaks example: after layer 1", file=_SINK)
+                print("graph_breaks example: after layer 1", file=DISCARD)
             h = self.l2(h)
             if data_dependent_if:
                 if h.sum() > 0:
@@ -60,8 +60,9 @@ def example() -> tuple[Any, tuple]:
     return example_model(), example_inputs()
 
 
-class _Sink:
-    """Where the example's print goes (a print is a graph break whatever its file)."""
+class _Discard:
+    """A text stream that drops what is written: where the examples' prints go (a print is a
+    graph break whatever its file)."""
 
     def write(self, s: str) -> int:
         return len(s)
@@ -70,4 +71,4 @@ class _Sink:
         pass
 
 
-_SINK = _Sink()
+DISCARD = _Discard()

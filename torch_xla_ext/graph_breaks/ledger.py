@@ -1,4 +1,4 @@
-"""The ledger of one accounted region: account() opens it, the watches in ``_compat`` feed it.
+"""The ledger of one accounted region: account() opens it, the watches in ``graph_breaks.watch`` feed it.
 
 Compile-time events (Dynamo frames, breaks, graphs, AOT graphs, the bridge's partitions) arrive as
 Python calls and are rare; the per-step events (a lazy sync, a cached-graph execution) are written
@@ -99,7 +99,7 @@ class GraphBreakLedger:
         step and the timeline shows step boundaries."""
         self._steps.append(time.monotonic_ns())
 
-    # -- sink interface for _compat.dynamo.BridgeWatch --
+    # -- sink interface for graph_breaks.watch.BridgeWatch --
     def ledgers(self) -> list[Any]:
         return [self._ledger]
 
@@ -215,6 +215,7 @@ class GraphBreakLedger:
             raise GraphBreakError("a GraphBreakLedger accounts one region; call account() again for another")
         from torch_xla_ext._compat import dynamo as _dynamo
         from torch_xla_ext._compat import metrics as _metrics
+        from torch_xla_ext.graph_breaks.watch import BridgeWatch, SyncWatch
 
         # Work launched before the region (async executions) must not land inside it.
         _metrics.wait_device_ops()
@@ -230,7 +231,7 @@ class GraphBreakLedger:
                 trace_log.name_file_by_rank(self._rank["rank"])  # for tlparse --all-ranks-html
         self._native_start = _core.global_ledger().counts()
         self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
-        self._watches = [self._window, _dynamo.BridgeWatch(self), _metrics.SyncWatch(self._ledger, _dynamo.replica)]
+        self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _dynamo.replica)]
         for w in self._watches:
             w.__enter__()
         _core.set_hooks_enabled(True)

@@ -89,9 +89,10 @@ def run_mode(made: _factory.Made, mode: str, warmup: int, steps: int, train: boo
     """Runs one mode in this process; returns ModeResult.to_dict()-shaped data.
 
     A step that raises (torch_xla's bridge, Dynamo, AOTAutograd, XLA) ends the mode with a
-    ``failure`` (:func:`torch_xla_ext._compat.dynamo.describe_failure`, plus where it happened)
+    ``failure`` (:func:`torch_xla_ext.graph_breaks.failures.describe_failure`, plus where it happened)
     and the reports of what ran until then; bad input (:class:`GraphBreakError`) still raises."""
     from torch_xla_ext._compat import dynamo as _dynamo
+    from torch_xla_ext.graph_breaks.failures import describe_failure
     from torch_xla_ext.graph_breaks.report import GraphBreakReport
 
     _dynamo.reset_dynamo()
@@ -121,7 +122,7 @@ def run_mode(made: _factory.Made, mode: str, warmup: int, steps: int, train: boo
         except GraphBreakError:
             raise
         except Exception as e:  # noqa: BLE001 - the failure is the finding, reported below
-            failure = dict(_dynamo.describe_failure(e), mode=mode, kind="exception",
+            failure = dict(describe_failure(e), mode=mode, kind="exception",
                            step="training step" if train else "forward pass", where=where)
             if progress:
                 progress(f"{mode}: failed at {where}: {failure['exception']}")

@@ -34,8 +34,8 @@ from torch_xla_ext import _versions
 
 _versions.require_torch_stack("parity")  # before anything here imports torch
 
-from torch_xla_ext.parity.api import assert_parity, verify
-from torch_xla_ext.parity.capturing import Capture, capture, compare_capture, load_capture
+from torch_xla_ext.parity.api import assert_parity, localize, verify
+from torch_xla_ext.parity.capturing import Capture, capture, load_capture
 from torch_xla_ext.parity.errors import (
     CaptureError,
     CaptureNotFoundError,
@@ -46,7 +46,7 @@ from torch_xla_ext.parity.errors import (
 )
 from torch_xla_ext.parity.explorer import write_model_explorer
 from torch_xla_ext.parity.html import write_html
-from torch_xla_ext.parity.localization import localize, plot_modules
+from torch_xla_ext.parity.localization import compare_capture, plot_modules
 from torch_xla_ext.parity.replays import Replay, replay
 from torch_xla_ext.parity.scan import scan_layers, scan_patched_linear_example
 from torch_xla_ext.parity.report import CAUSES, LayerParity, ModuleParity, OutputParity, ParityReport, Verdict

@@ -4,131 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 from torch_xla_ext import numerics
 from torch_xla_ext.parity import explain as _explain
-from torch_xla_ext.parity import runners
+from torch_xla_ext.parity import localization, runners
+from torch_xla_ext.parity._checks import check_inputs, tolerances
+from torch_xla_ext.parity._outputs import golden_errors, output_parity, replay_outputs, with_causes
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
-from torch_xla_ext.parity.replays import Replay
-from torch_xla_ext.parity.report import OutputParity, ParityReport, Verdict
+from torch_xla_ext.parity.report import ParityReport, Verdict
 from torch_xla_ext.parity.stablehlo import Program
 
-__all__ = ["assert_parity", "golden_errors", "output_parity", "verify"]
-
-
-def _check_inputs(inputs: Any, kwargs: Any) -> tuple[tuple, dict]:
-    import torch
-
-    if isinstance(inputs, torch.Tensor):
-        inputs = (inputs,)
-    if isinstance(inputs, list):
-        inputs = tuple(inputs)
-    if not isinstance(inputs, tuple):
-        raise ParityTypeError(f"inputs: expected a tuple of positional inputs (or one tensor), got "
-                              f"{type(inputs).__name__}")
-    if kwargs is None:
-        kwargs = {}
-    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise ParityTypeError(f"kwargs: expected a dict of keyword inputs with str keys, got {type(kwargs).__name__}")
-    return inputs, dict(kwargs)
-
-
-def _tolerances(rtol: Any, atol: Any) -> dict[str, float]:
-    if (rtol is None) != (atol is None):
-        raise ParityError("rtol and atol go together: pass both or neither")
-    if rtol is None:
-        return {}
-    for name, v in (("rtol", rtol), ("atol", atol)):
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-            raise ParityError(f"{name}: expected a non-negative number, got {v!r}")
-    return {"rtol": float(rtol), "atol": float(atol)}
-
-
-def golden_errors(y: Any, golden: Any) -> tuple[float, float]:
-    """Greatest and mean |y - golden|, in float64 (NaN where either is NaN)."""
-    import torch
-
-    y = torch.from_numpy(np.array(y, dtype=np.float64)) if isinstance(y, np.ndarray) else y.double()
-    if y.numel() == 0:
-        return 0.0, 0.0
-    e = (y.reshape(golden.shape) - golden.double()).abs()
-    return float(e.max()), float(e.mean())
-
-
-def _closer(xla: tuple[float, float], cpu: tuple[float, float]) -> str:
-    if xla == cpu:
-        return "tie"
-    return "xla" if xla < cpu else "cpu"  # greatest error first, mean breaks ties
-
-
-def output_parity(path: str, x: Any, c: Any, g: Any, tol: dict, rounded: Any = None, exact: Any = None) -> OutputParity:
-    """Compares one output: XLA ``x`` vs CPU eager ``c`` (tolerances), both vs the fp64 golden
-    ``g``, and, when given, XLA vs the rounded replay (exactly) and the exact replay vs ``g``."""
-    cmp = numerics.compare(x, c, equal_nan=True, check_dtype=False, **tol)
-    xe, ce = golden_errors(x, g), golden_errors(c, g)
-    gd = g.double()
-    scale = float(gd.abs().max()) if gd.numel() else 0.0
-    magnitude = float(gd[cmp.max_ulp_index].abs()) if cmp.max_ulp_index is not None else 0.0
-    significant = None
-    if scale > 0:
-        mask = (gd.abs() >= _explain.SIGNIFICANT_FRACTION * scale)
-        if bool(mask.any()) and not bool(mask.all()):
-            significant = numerics.compare(x[mask], c[mask], equal_nan=True, check_dtype=False, **tol)
-    emu = emu_err = unr = unr_err = same = None
-    if rounded is not None:
-        rounded = np.asarray(rounded).reshape(tuple(x.shape))
-        exact = np.asarray(exact, dtype=np.float64).reshape(tuple(x.shape))
-        emu = numerics.compare(x, rounded.astype(np.float64), rtol=0.0, atol=0.0, equal_nan=True, check_dtype=False)
-        emu_err = golden_errors(rounded, g)[0]
-        unr = numerics.compare(exact, gd.numpy(), equal_nan=True, check_dtype=False)
-        unr_err = golden_errors(exact, g)[0]
-        same = _explain.same_math(unr, unr_err, xe[0], ce[0])
-    return OutputParity(
-        path, cmp, xe[0], ce[0], xe[1], ce[1], _closer(xe, ce), scale,
-        (cmp.max_abs_diff / scale) if scale > 0 else 0.0, magnitude, significant, emu, emu_err, unr, unr_err, same)
-
-
-def _with_causes(outputs: Sequence[OutputParity], narrow: bool) -> list[OutputParity]:
-    return [dataclasses.replace(o, cause=_explain.output_cause(o, narrow)) for o in outputs]
-
-
-def _replays(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]], keep_args: bool = True):
-    """(program, rounded outputs, exact outputs, status, seconds) of the XLA run's program.
-    Without ``keep_args``, the run's graph arguments are released during the exact replay (its
-    f64 copies of them replace them): at real sizes these are the weights."""
-    seconds: dict[str, float] = {}
-    if run.proto is None:
-        return None, None, None, f"unavailable: {run.hlo_error}", seconds
-    try:
-        t0 = time.perf_counter()
-        program = Program.from_hlo_proto(run.proto)
-        seconds["program"] = time.perf_counter() - t0
-        # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
-        with ThreadPoolExecutor(2) as pool:
-            futures = [pool.submit(Replay, program, rounded=r) for r in (True, False)]
-            rounded_replay, exact_replay = (f.result() for f in futures)
-        seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
-        seconds["compile exact replay"] = exact_replay.seconds["compile"]
-        rounded = rounded_replay(run.graph_args)
-        seconds["run rounded replay"] = rounded_replay.seconds["run"]
-        del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
-        runners.release_freed_memory()
-        exact = exact_replay(run.graph_args, consume=not keep_args)
-        seconds["run exact replay"] = exact_replay.seconds["run"]
-        del exact_replay
-    except ReplayError as e:
-        return None, None, None, f"unavailable: {e}", seconds
-    if len(rounded) != n_outputs:
-        return program, None, None, (f"unavailable: the program has {len(rounded)} results, fn returned "
-                                     f"{n_outputs} floating-point outputs"), seconds
-    for k, (r, s) in enumerate(zip(rounded, shapes)):
-        if int(np.prod(r.shape)) != int(np.prod(s)):
-            return program, None, None, f"unavailable: the program's result {k} is {list(r.shape)}, fn's output is {list(s)}", seconds
-    return program, rounded, exact, "ok", seconds
+__all__ = ["assert_parity", "golden_errors", "localize", "output_parity", "verify"]
 
 
 def verify(
@@ -179,8 +66,8 @@ def verify(
         raise ParityTypeError(f"seed: expected an int, got {type(seed).__name__}")
     if explorer_dir is not None and not isinstance(explorer_dir, str):
         raise ParityTypeError(f"explorer_dir: expected a directory path (str), got {type(explorer_dir).__name__}")
-    inputs, kwargs = _check_inputs(inputs, kwargs)
-    tol = _tolerances(rtol, atol)
+    inputs, kwargs = check_inputs(inputs, kwargs)
+    tol = tolerances(rtol, atol)
     tdtype = runners.torch_dtype(dtype)
     ref = fn if reference is None else reference
     dtype_name = str(tdtype).removeprefix("torch.") if tdtype is not None else "input dtypes"
@@ -240,7 +127,7 @@ def verify(
     program = rounded = exact = None
     if emulate:
         t0 = time.perf_counter()
-        program, rounded, exact, status, replay_seconds = _replays(
+        program, rounded, exact, status, replay_seconds = replay_outputs(
             xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None)
         seconds.update(replay_seconds)
         seconds["replays"] = time.perf_counter() - t0
@@ -252,7 +139,7 @@ def verify(
         for i, ((path, x), (_, c), (_, g)) in enumerate(zip(xla.outputs, cpu, golden))
     ]
     points = program.rounding_points if program is not None else ()
-    outputs = _with_causes(outputs, narrow=bool(points))
+    outputs = with_causes(outputs, narrow=bool(points))
     hlo_math = "unavailable"
     if status == "ok":
         status = "matches" if all(o.emulated.mismatched == 0 for o in outputs) else "differs"
@@ -263,10 +150,8 @@ def verify(
                           hlo_math=hlo_math, rounding_points=tuple(points), seconds=seconds,
                           hlo_text=program.text if program is not None else None)
     if localize:
-        from torch_xla_ext.parity import localization as _localize
-
         t0 = time.perf_counter()
-        report = _localize.attach(report, fn, ref, inputs, kwargs, tdtype, seed)
+        report = localization.attach(report, fn, ref, inputs, kwargs, tdtype, seed)
         seconds.update(report.seconds)
         seconds["localize"] = time.perf_counter() - t0
     if explorer_dir is not None:
@@ -296,3 +181,13 @@ def assert_parity(fn: Any, inputs: Any = (), kwargs: dict | None = None, **optio
     return report
 
 
+def localize(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: Any) -> ParityReport:
+    """:func:`~torch_xla_ext.parity.verify` with the per-module localisation (``localize=True``).
+
+    Example:
+        >>> r = localize(model, (ids,), {"attention_mask": mask}, dtype="bf16")  # doctest: +SKIP
+        >>> r.first_divergent_module                                              # doctest: +SKIP
+    """
+    if "localize" in options:
+        raise ParityError("localize: takes verify's options except localize")
+    return verify(fn, inputs, kwargs, localize=True, **options)

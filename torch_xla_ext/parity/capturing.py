@@ -4,7 +4,7 @@
 submodule and keeps each call's tensor inputs and outputs, named by the module's path and the
 pytree path of each tensor. ``save`` writes them to one safetensors file whose metadata (JSON
 text) lists the calls; ``load_capture`` reads it back in another process, where
-``compare_capture`` compares it with a CPU run of the reference (:mod:`.localization`).
+``localization.compare_capture`` compares it with a CPU run of the reference (:mod:`.localization`).
 
 Example:
     >>> import torch
@@ -29,6 +29,7 @@ from typing import Any, Callable, Literal
 
 from torch_xla_ext import _json
 from torch_xla_ext.parity import runners
+from torch_xla_ext.parity._checks import check_inputs
 from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityTypeError
 
 __all__ = ["Capture", "ModuleCall", "capture", "load_capture", "record_calls"]
@@ -161,9 +162,7 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
     import torch_xla
     import torch_xla.core.xla_model as xm
 
-    from torch_xla_ext.parity.api import _check_inputs
-
-    inputs, kwargs = _check_inputs(inputs, kwargs)
+    inputs, kwargs = check_inputs(inputs, kwargs)
     tdtype = runners.torch_dtype(dtype)
     device = torch_xla.device() if device is None else device
     with runners.user_rng_preserved():
@@ -257,26 +256,3 @@ def _capture_metadata(raw: dict[str, str], path: str) -> _CaptureMetadata:
                 raise CaptureError(f"{path}: metadata '{key}' is not JSON ({e})") from None
     # Lax: the counts were written as ints, but a hand-made file's "3" is read as 3 (as int() did).
     return _validation.validate(_CaptureMetadata, data, CaptureError, f"{path}: metadata", strict=False)
-
-
-def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
-                    rtol: float | None = None, atol: float | None = None, seed: int = 0):
-    """Compares a capture (a :class:`Capture` or its file) with CPU runs of ``reference`` on the
-    same inputs: the verdict on the final outputs (CPU eager in the capture's dtype, fp64 golden)
-    and every module's own, inherited and total error (:mod:`.localization`). Runs without XLA.
-
-    Example:
-        >>> import torch
-        >>> from torch_xla_ext import parity
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
-        >>> x = torch.randn(2, 16)
-        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
-        'xla_run.safetensors'
-        >>> report = compare_capture("xla_run.safetensors", model, (x,))
-        >>> report.first_divergent_module is None          # a module name when one diverges
-        True
-    """
-    from torch_xla_ext.parity import localization as _localize
-
-    cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
-    return _localize.compare(cap, reference, inputs, kwargs, rtol=rtol, atol=atol, seed=seed)

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from torch_xla_ext.parity import explain as _explain
-from torch_xla_ext.parity.report import ModuleParity, ParityReport, Verdict
+from torch_xla_ext.parity.verdicts import Verdict
+
+if TYPE_CHECKING:  # the report renders through this module: types only, no import cycle
+    from torch_xla_ext.parity.report import ModuleParity, ParityReport
 
 __all__ = ["Section", "Table", "lead", "module_section", "sections", "to_markdown", "to_text"]
 

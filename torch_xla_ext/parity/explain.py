@@ -19,18 +19,14 @@ follows from the same figures, so the two never contradict each other.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from torch_xla_ext import _device, _dtypes, numerics
-from torch_xla_ext.parity.report import (
-    REAL_DIFFERENCE,
-    REASSOCIATION,
-    ROUNDING_PLACEMENT,
-    UNEXPLAINED,
-    OutputParity,
-    Verdict,
-)
 from torch_xla_ext.parity.stablehlo import RoundingPoint
+from torch_xla_ext.parity.verdicts import REAL_DIFFERENCE, REASSOCIATION, ROUNDING_PLACEMENT, UNEXPLAINED, Verdict
+
+if TYPE_CHECKING:  # the report renders through document -> explain: types only, no import cycle
+    from torch_xla_ext.parity.report import OutputParity
 
 __all__ = ["MATH_NOISE_FRACTION", "REASSOCIATION_FACTOR", "ExplanationParts", "explain", "explain_parts", "lead",
            "lead_sentence", "output_cause", "same_math"]

@@ -167,13 +167,13 @@ def _name_ops(op: Any, module_paths: dict[str, str]) -> None:
     ``module_paths``, its module path as ``module.path`` and as its location (unknown without one)."""
     from jax.extend.mlir import ir
 
-    from torch_xla_ext.parity.stablehlo import _location_name
+    from torch_xla_ext.parity.stablehlo import location_name
 
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
                 inner = inner.operation
-                name = _location_name(inner.location)
+                name = location_name(inner.location)
                 if inner.name not in ("func.func", "func.return"):
                     if name:
                         inner.attributes[INSTRUCTION_ATTR] = ir.StringAttr.get(name)

@@ -42,11 +42,14 @@ from typing import Any
 
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import runners
-from torch_xla_ext.parity.capturing import Capture, capture, record_calls
+from torch_xla_ext.parity._checks import check_inputs, tolerances
+from torch_xla_ext.parity._outputs import output_parity
+from torch_xla_ext.parity.capturing import Capture, capture, load_capture, record_calls
 from torch_xla_ext.parity.errors import CaptureError, ParityError, ParityTypeError
 from torch_xla_ext.parity.report import ModuleParity, ParityReport, Verdict
 
-__all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "attach", "compare", "divergence_factor", "localize", "plot_modules"]
+__all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "attach", "compare", "compare_capture", "divergence_factor",
+           "plot_modules", "rms_error"]
 
 # The rule: own error (RMS) > factor x rounding level, the rounding level being CPU eager's RMS
 # error for the same module on the same inputs, at least FLOOR_ULPS units of roundoff
@@ -107,7 +110,7 @@ def _common_paths(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
             if p in b and x.is_floating_point() and b[p].is_floating_point() and x.shape == b[p].shape and x.numel()]
 
 
-def _rms_error(a: dict[str, Any], b: dict[str, Any], limit: float) -> float:
+def rms_error(a: dict[str, Any], b: dict[str, Any], limit: float) -> float:
     """Root mean square of a - b over the floating-point tensors both name (values clamped to
     ±limit; NaN on both sides agrees, NaN on one side is an infinite error)."""
     import torch
@@ -149,14 +152,12 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
     """
     import torch
 
-    from torch_xla_ext.parity.api import _check_inputs, _tolerances, output_parity
-
     if not isinstance(cap, Capture):
         raise ParityTypeError(f"capture: expected a parity Capture, got {type(cap).__name__}")
     if not isinstance(reference, torch.nn.Module):
         raise ParityTypeError(f"reference: per-module comparison needs an nn.Module, got {type(reference).__name__}")
-    inputs, kwargs = _check_inputs(inputs, kwargs)
-    tol = _tolerances(rtol, atol)
+    inputs, kwargs = check_inputs(inputs, kwargs)
+    tol = tolerances(rtol, atol)
     tdtype = None if cap.dtype == "input dtypes" else runners.torch_dtype(cap.dtype, "the capture's dtype")
     limit = float(torch.finfo(tdtype or torch.float32).max)
     eps = float(torch.finfo(tdtype or torch.float32).eps)
@@ -188,10 +189,10 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
             shadow_leaves = dict(runners.tensor_leaves(shadow))
             golden_out = dict(runners.tensor_leaves(out))
             found[(path, n)] = {
-                "own": _rms_error(xla.outputs, shadow_leaves, limit),
-                "rounding": _rms_error(dict(runners.tensor_leaves(cpu_shadow)), shadow_leaves, limit),
-                "total": _rms_error(xla.outputs, golden_out, limit),
-                "inherited": _rms_error(xla.inputs, golden_in, limit),
+                "own": rms_error(xla.outputs, shadow_leaves, limit),
+                "rounding": rms_error(dict(runners.tensor_leaves(cpu_shadow)), shadow_leaves, limit),
+                "total": rms_error(xla.outputs, golden_out, limit),
+                "inherited": rms_error(xla.inputs, golden_in, limit),
                 "scale": _rms(shadow_leaves, limit),
             }
 
@@ -269,25 +270,6 @@ def attach(report: ParityReport, fn: Any, reference: Any, inputs: tuple, kwargs:
     return compare(cap, reference, inputs, kwargs, rtol=report.rtol, atol=report.atol, seed=seed, report=report)
 
 
-def localize(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: Any) -> ParityReport:
-    """:func:`~torch_xla_ext.parity.verify` with the per-module localisation (``localize=True``).
-
-    Example:
-        >>> import torch
-        >>> from torch_xla_ext import parity
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
-        >>> x = torch.randn(2, 16)
-        >>> r = localize(model, (x,), dtype="bf16")
-        >>> r.first_divergent_module is None
-        True
-    """
-    from torch_xla_ext.parity.api import verify
-
-    if "localize" in options:
-        raise ParityError("localize: takes verify's options except localize")
-    return verify(fn, inputs, kwargs, localize=True, **options)
-
-
 def plot_modules(report: ParityReport, path: str) -> str | None:
     """A PNG of each module's errors by module depth (left: own error vs the rounding level per
     module call in completion order; right: own/rounding ratio by depth). Returns ``path``, or
@@ -345,3 +327,18 @@ def plot_modules(report: ParityReport, path: str) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
+                    rtol: float | None = None, atol: float | None = None, seed: int = 0):
+    """Compares a capture (a :class:`Capture` or its file) with CPU runs of ``reference`` on the
+    same inputs: the verdict on the final outputs (CPU eager in the capture's dtype, fp64 golden)
+    and every module's own, inherited and total error (:mod:`.localization`). Runs without XLA.
+
+    Example:
+        >>> report = compare_capture("xla_run.safetensors", model, (x,))  # doctest: +SKIP
+        >>> report.first_divergent_module  # doctest: +SKIP
+        'model.layers.1.mlp.down_proj'
+    """
+    cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
+    return compare(cap, reference, inputs, kwargs, rtol=rtol, atol=atol, seed=seed)

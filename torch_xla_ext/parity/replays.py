@@ -43,7 +43,7 @@ from torch_xla_ext import _dtypes
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.runners import release_freed_memory
-from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, _first_line, build_graph, functions, parse
+from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, first_line, build_graph, functions, parse
 
 __all__ = ["NARROW_FORMATS", "Replay", "replay"]
 
@@ -190,7 +190,7 @@ def _with_intermediates(module: Any) -> list[tuple[str, int]]:
     returns (op location name, index among main's top-level ops) per added result, in order."""
     from jax.extend.mlir import ir
 
-    from torch_xla_ext.parity.stablehlo import _location_name
+    from torch_xla_ext.parity.stablehlo import location_name
 
     main = next(f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == "main")
     body = main.regions[0].blocks[0]
@@ -204,7 +204,7 @@ def _with_intermediates(module: Any) -> list[tuple[str, int]]:
         if ir.RankedTensorType.isinstance(r.type) and str(ir.RankedTensorType(r.type).element_type) in (
                 "bf16", "f16", "f32", "f64"):
             added.append(r)
-            names.append((_location_name(op.location) or f"%{k}", k))
+            names.append((location_name(op.location) or f"%{k}", k))
     with ir.InsertionPoint(ret):
         ir.Operation.create("func.return", operands=list(ret.operands) + added)
     ret.erase()
@@ -268,7 +268,7 @@ class Replay:
             try:
                 module.operation.verify()
             except ir.MLIRError as e:
-                raise ReplayError(f"the {self.mode} replay does not verify: {_first_line(e)}") from None
+                raise ReplayError(f"the {self.mode} replay does not verify: {first_line(e)}") from None
             self.text = str(module) if intermediates else None
             self.seconds["rewrite"] = time.perf_counter() - t0
             t1 = time.perf_counter()
@@ -279,7 +279,7 @@ class Replay:
                 self.executable = jax_mlir.compile_replicated(
                     jax_mlir.cpu_client(1), jax_mlir.module_to_bytecode(module), 1, optimize=rounded)
             except RuntimeError as e:
-                raise ReplayError(f"XLA cannot compile the {self.mode} replay: {_first_line(e)}") from None
+                raise ReplayError(f"XLA cannot compile the {self.mode} replay: {first_line(e)}") from None
             self.seconds["compile"] = time.perf_counter() - t1
 
     def __call__(self, args: Sequence[Any], *, consume: bool = False) -> list[np.ndarray]:

@@ -7,33 +7,21 @@ next to every figure) and :mod:`torch_xla_ext.parity.html` render the same docum
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from typing import Any
 
 from torch_xla_ext import _device, _json, numerics
 from torch_xla_ext.parity.stablehlo import RoundingPoint
+from torch_xla_ext.parity.verdicts import (  # noqa: F401 - report's names too
+    CAUSES,
+    REAL_DIFFERENCE,
+    REASSOCIATION,
+    ROUNDING_PLACEMENT,
+    UNEXPLAINED,
+    Verdict,
+)
 
 __all__ = ["CAUSES", "LayerParity", "ModuleParity", "OutputParity", "ParityReport", "Verdict"]
-
-# What explains an output's difference from CPU eager (None: there is none, bit for bit).
-ROUNDING_PLACEMENT = "rounding placement"
-REASSOCIATION = "reassociation"
-REAL_DIFFERENCE = "real difference"
-UNEXPLAINED = "unexplained"  # the replays were unavailable, so no cause is established
-CAUSES = (ROUNDING_PLACEMENT, REASSOCIATION, REAL_DIFFERENCE, UNEXPLAINED)
-
-
-class Verdict(str, enum.Enum):
-    """The outcome, in the manner of pytorch/xla's benchmarks verifier."""
-
-    PASS = "PASS"  # XLA matches CPU eager within the tolerances.
-    FAIL = "FAIL"  # It does not; the explanation says which cause accounts for it.
-    NONDETERMINISTIC_REFERENCE = "NONDETERMINISTIC_REFERENCE"  # two CPU runs disagree.
-    EXCEPTION = "EXCEPTION"  # the user's function raised on a backend; nothing was compared.
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def _finite(v: Any) -> Any:

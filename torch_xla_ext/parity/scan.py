@@ -12,7 +12,9 @@ import numpy as np
 from torch_xla_ext import numerics
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import runners
-from torch_xla_ext.parity.api import _replays, _tolerances, golden_errors, verify
+from torch_xla_ext.parity._checks import tolerances
+from torch_xla_ext.parity._outputs import golden_errors, replay_outputs
+from torch_xla_ext.parity.api import verify
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
 from torch_xla_ext.parity.report import (
     REAL_DIFFERENCE,
@@ -145,7 +147,7 @@ def scan_layers(
     if report.verdict in (Verdict.EXCEPTION, Verdict.NONDETERMINISTIC_REFERENCE):
         return report
     tdtype = runners.torch_dtype(dtype)
-    tol = _tolerances(rtol, atol)
+    tol = tolerances(rtol, atol)
     try:
         with runners.user_rng_preserved():
             scanned, looped, run = _xla_layer_outputs(layers, x, tdtype, seed)
@@ -158,7 +160,7 @@ def scan_layers(
             explanation=f"EXCEPTION: the per-layer {f.stage} run raised {text.splitlines()[0]}; the layers were "
                         f"not compared.")
     shapes = [(len(layers),) + tuple(t.shape) for t in _float_leaves(scanned[0])]
-    program, rounded, exact, status, _ = _replays(run, len(shapes), shapes)
+    program, rounded, exact, status, _ = replay_outputs(run, len(shapes), shapes)
     narrow = bool(program.rounding_points) if program is not None else False
     per_layer = []
     for k, (s, l, c, g) in enumerate(zip(scanned, looped, cpu, golden)):

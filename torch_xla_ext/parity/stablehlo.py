@@ -71,7 +71,7 @@ class FunctionGraph:
     mlir_types: list[Any]  # per value id, its MLIR type before any rewrite
 
 
-def _location_name(loc: Any) -> str:
+def location_name(loc: Any) -> str:
     """``loc("dot.5")`` -> ``dot.5``; the first name of a fused location; "" when unknown."""
     text = str(loc)
     start = text.find('"')
@@ -127,13 +127,13 @@ class Program:
         try:
             mlir = hlo_to_stablehlo(bytes(proto))
         except jax.errors.JaxRuntimeError as e:
-            raise ReplayError(f"proto: jaxlib's hlo_to_stablehlo cannot convert it ({_first_line(e)})") from None
+            raise ReplayError(f"proto: jaxlib's hlo_to_stablehlo cannot convert it ({first_line(e)})") from None
         ctx = jax_mlir.make_context()
         with ctx:
             try:
                 module = ir.Module.parse(mlir)
             except ir.MLIRError as e:
-                raise ReplayError(f"hlo_to_stablehlo's output does not parse: {_first_line(e)}") from None
+                raise ReplayError(f"hlo_to_stablehlo's output does not parse: {first_line(e)}") from None
             text = module.operation.get_asm(enable_debug_info=True, large_elements_limit=None)
         return cls(text, **kwargs)
 
@@ -150,8 +150,8 @@ class Program:
                 op = f.ops[p["op"]]
                 after = f.ops[p["after"]] if p["after"] >= 0 else None
                 yield RoundingPoint(
-                    f.name, _location_name(op.location) or f"%{p['op']}", _bare(op.name), p["element_type"],
-                    (_location_name(after.location) or f"%{p['after']}") if after is not None else None,
+                    f.name, location_name(op.location) or f"%{p['op']}", _bare(op.name), p["element_type"],
+                    (location_name(after.location) or f"%{p['after']}") if after is not None else None,
                     _bare(after.name) if after is not None else None,
                     len(p["unrounded_uses"]),
                 )
@@ -164,7 +164,7 @@ def _bare(name: str) -> str:
     return name
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return " ".join(line.strip() for line in text.splitlines()[:3]) or type(e).__name__
 
@@ -180,7 +180,7 @@ def parse(text: str, what: str) -> tuple[Any, Any]:
         try:
             module = ir.Module.parse(text)
         except ir.MLIRError as e:
-            raise ParityError(f"{what} is not a parsable StableHLO module: {_first_line(e)}") from None
+            raise ParityError(f"{what} is not a parsable StableHLO module: {first_line(e)}") from None
     return ctx, module
 
 
