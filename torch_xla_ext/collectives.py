@@ -36,7 +36,7 @@ from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError
 __all__ = ["all_reduce", "recorded_calls", "record_all_reduce", "clear_recorded_calls", "next_sequence"]
 
 REDUCE_TYPES = _shlo.REDUCE_TYPES
-_CPU_UNREDUCIBLE = tuple(f"torch.{n}" for n in _dtypes.NARROW_FLOATS)
+CPU_UNREDUCIBLE = tuple(f"torch.{n}" for n in _dtypes.NARROW_FLOATS)
 
 
 class CollectiveArgumentError(InvalidArgumentError):
@@ -88,7 +88,7 @@ def all_reduce(reduce_type: str, tensor: Any, *, scale: float = 1.0,
         raise CollectiveArgumentError(f"scale: must be finite, got {scale}")
     if scale != 1.0 and not tensor.is_floating_point():
         raise CollectiveArgumentError(f"scale: {scale} on a {tensor.dtype} tensor (scale needs a floating tensor)")
-    if tensor.device.type == "xla" and str(tensor.dtype) in _CPU_UNREDUCIBLE and _shlo.device_type() == "CPU":
+    if tensor.device.type == "xla" and str(tensor.dtype) in CPU_UNREDUCIBLE and _shlo.device_type() == "CPU":
         # XLA:CPU's runtime rejects these all-reduces when the graph executes; inside a larger
         # graph torch_xla 2.9 then aborts with heap corruption instead of raising. Say so now.
         raise CollectiveArgumentError(

@@ -148,8 +148,8 @@ class CacheInfo(NamedTuple):
 
 # torch dtype -> JAX/numpy dtype name (names cc/jax_call understands): the one dtype table's rows
 # this torch has (torch_xla_ext/_dtypes.py).
-_TORCH_TO_JAX = {_dtypes.torch_dtype(r.name): r.name for r in _dtypes.ROWS if _dtypes.torch_dtype(r.name) is not None}
-_JAX_TO_TORCH = {v: k for k, v in _TORCH_TO_JAX.items()}
+TORCH_TO_JAX = {_dtypes.torch_dtype(r.name): r.name for r in _dtypes.ROWS if _dtypes.torch_dtype(r.name) is not None}
+JAX_TO_TORCH = {v: k for k, v in TORCH_TO_JAX.items()}
 
 _STATIC_SCALARS = (bool, int, float, complex, str, bytes, np.generic, np.dtype, type(Ellipsis))
 
@@ -206,9 +206,9 @@ def _leaf_path(path: tuple) -> str:
 
 def _to_jax_static(path: str, leaf: Any) -> Any:
     if isinstance(leaf, torch.dtype):
-        if leaf not in _TORCH_TO_JAX:
+        if leaf not in TORCH_TO_JAX:
             raise JaxCallArgumentError(f"{path}: torch dtype {leaf} has no JAX equivalent")
-        return jax.numpy.dtype(_TORCH_TO_JAX[leaf])
+        return jax.numpy.dtype(TORCH_TO_JAX[leaf])
     if isinstance(leaf, (np.ndarray, jax.Array)):
         raise JaxCallArgumentError(
             f"{path}: a {type(leaf).__name__} is not a call_jax argument; pass an XLA tensor, or close "
@@ -234,7 +234,7 @@ def _classify(args: tuple, kwargs: dict, require_xla: bool):
                 raise JaxCallArgumentError(
                     f"{path}: expected an XLA tensor, got a tensor on '{leaf.device}' "
                     f"(move it with .to('xla'))")
-            dtype = _TORCH_TO_JAX.get(leaf.dtype)
+            dtype = TORCH_TO_JAX.get(leaf.dtype)
             if dtype is None:
                 raise JaxCallArgumentError(f"{path}: dtype {leaf.dtype} is not supported by JAX")
             shape = tuple(leaf.shape)
@@ -371,7 +371,7 @@ def _constants_on(entry: _Entry, device: torch.device) -> list[torch.Tensor]:
     if tensors is None:
         tensors = []
         for c in entry.const_values:
-            torch_dtype = _JAX_TO_TORCH[c.dtype.name]
+            torch_dtype = JAX_TO_TORCH[c.dtype.name]
             if c.dtype.kind == "V" or c.dtype.name.startswith(("bfloat16", "float8")):
                 # ml_dtypes arrays do not cross into torch directly: move the bits.
                 bits = np.ascontiguousarray(c).view(f"uint{8 * c.dtype.itemsize}")

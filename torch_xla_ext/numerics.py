@@ -35,7 +35,7 @@ _DEFAULT_TOLERANCES = {
 }
 
 # The floats cc/numerics compares, by their names in the one dtype table (torch_xla_ext/_dtypes.py).
-_DTYPES = {r.name: getattr(_core.DType, r.name) for r in _dtypes.ROWS if hasattr(_core.DType, r.name)}
+DTYPES = {r.name: getattr(_core.DType, r.name) for r in _dtypes.ROWS if hasattr(_core.DType, r.name)}
 
 _ULP_LABELS = tuple(_core.ulp_bucket_labels())
 
@@ -164,7 +164,7 @@ class _Buffer:
 
 
 def _check_float(dtype: str, type_name: str, side: str) -> None:
-    if dtype not in _DTYPES:
+    if dtype not in DTYPES:
         kind = "complex" if "complex" in dtype else "bool" if dtype == "bool" else "integer" if "int" in dtype else "unsupported"
         raise ArgumentTypeError(
             f"{side} has dtype {type_name} ({kind}); compare supports float64, float32, bfloat16 and float16"
@@ -221,8 +221,8 @@ def compare(
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
             raise ArgumentTypeError(f"{flag}: expected a number, got {type(value).__name__}")
     r = _core.compare(
-        a.data, _DTYPES[a.dtype], a.shape, a.strides,
-        e.data, _DTYPES[e.dtype], e.shape, e.strides,
+        a.data, DTYPES[a.dtype], a.shape, a.strides,
+        e.data, DTYPES[e.dtype], e.shape, e.strides,
         float(rtol), float(atol), bool(equal_nan),
     )
     if r.mismatched:

@@ -285,7 +285,7 @@ def test_reader_process_is_restarted_and_bounded_by_its_timeout(ours):
 
     data = (ours / "module.mlirbc").read_bytes()
     assert "func.func" in compat.portable_artifact_to_text(data, "first")
-    first = compat._READER._proc
+    first = compat.reader_process()
     assert isinstance(first, subprocess.Popen) and first.args[0] == sys.executable
     os.kill(first.pid, signal.SIGSTOP)
     with pytest.raises(ValueError, match=r"where: not a StableHLO portable artifact \(the bytecode reader did not "
@@ -293,7 +293,7 @@ def test_reader_process_is_restarted_and_bounded_by_its_timeout(ours):
         compat.portable_artifact_to_text(data, "where", timeout=1)
     assert first.poll() == -signal.SIGKILL  # ended, not left stopped
     assert "func.func" in compat.portable_artifact_to_text(data, "again")
-    assert compat._READER._proc is not first
+    assert compat.reader_process() is not first
 
 
 def test_portable_artifact_that_crashes_the_reader_is_a_bundle_error(ours):

@@ -33,7 +33,7 @@ def setup():
     return model, bundle, per_replica
 
 
-def _torch_xla_replicas(tmp_path, per_replica, *flags, timeout=240):
+def torch_xla_replicas(tmp_path, per_replica, *flags, timeout=240):
     inputs = tmp_path / "inputs.npz"
     np.savez(inputs, **{f"r{r}_a{k}": a for r, rep in enumerate(per_replica) for k, a in enumerate(rep)})
     env = dict(os.environ, CPU_NUM_DEVICES=str(N), PJRT_DEVICE="CPU",
@@ -46,7 +46,7 @@ def _torch_xla_replicas(tmp_path, per_replica, *flags, timeout=240):
 
 def test_run_n_replicas_equals_torch_xla_on_n_cpu_devices(setup, tmp_path):
     _, bundle, per_replica = setup
-    proc, truth = _torch_xla_replicas(tmp_path, per_replica)
+    proc, truth = torch_xla_replicas(tmp_path, per_replica)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(truth["world_sizes"]) == [N] * N
     ours = export.run(bundle, *per_replica, num_replicas=N)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.export import models
-from tests.export.multi_replica_test import N, _torch_xla_replicas
+from tests.export.multi_replica_test import N, torch_xla_replicas
 
 pytestmark = pytest.mark.skipif(os.environ.get("TXE_MANUAL_TESTS") != "1",
                                 reason="manual: an upstream race (set TXE_MANUAL_TESTS=1)")
@@ -26,7 +26,7 @@ def test_torch_xla_cpu_replicas_abort_when_threads_compile_concurrently(tmp_path
     _, args = models.two_all_reduces()
     rng = np.random.default_rng(1)
     per_replica = [tuple(rng.standard_normal(tuple(a.shape)).astype(np.float32) for a in args) for _ in range(N)]
-    proc, _ = _torch_xla_replicas(tmp_path, per_replica, "--concurrent-compile")
+    proc, _ = torch_xla_replicas(tmp_path, per_replica, "--concurrent-compile")
     assert proc.returncode != 0
     assert "Termination timeout for `all reduce RendezvousKey" in proc.stderr
     assert "Expected 2 threads to join the rendezvous, but only 1 of them arrived" in proc.stderr

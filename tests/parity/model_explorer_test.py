@@ -219,7 +219,7 @@ def test_verify_explorer_dir_opens_in_model_explorer(name, server, tmp_path):
     assert edges == sorted(edges) and edges[-1] >= max(values)
 
 
-class _Block(torch.nn.Module):
+class Block(torch.nn.Module):
     """A transformer MLP block as the doctor's example has it: LayerNorm, Linear, exact GELU
     (mhlo.erf from hlo_to_stablehlo), Linear, residual."""
 
@@ -241,7 +241,7 @@ def _outputs_dir(tmp_path) -> str:
 def test_renders_with_node_data_in_chromium(server, tmp_path):
     torch.manual_seed(0)
     out = str(tmp_path / "explorer")
-    parity.verify(_Block(), (torch.randn(4, 8, 64),), dtype="bf16", explorer_dir=out)
+    parity.verify(Block(), (torch.randn(4, 8, 64),), dtype="bf16", explorer_dir=out)
     graph, nodes = check_opens(server, out)
     # The exact GELU's erf is a CHLO node now (it was an mhlo op Model Explorer cannot read).
     assert any(n["label"] == "chlo.erf" for n in nodes.values())

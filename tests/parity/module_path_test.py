@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from torch_xla_ext.parity import explorer, runners  # noqa: E402
 
-from tests.parity.model_explorer_test import _Block, check_opens, convert, server  # noqa: E402,F401  (server: the fixture)
+from tests.parity.model_explorer_test import Block, check_opens, convert, server  # noqa: E402,F401  (server: the fixture)
 
 from tests import zoo  # noqa: E402
 
@@ -134,7 +134,7 @@ def test_model_explorer_shows_the_module_path(server, tmp_path):
     from torch_xla_ext import parity
 
     torch.manual_seed(0)
-    model = _Block()
+    model = Block()
     out = str(tmp_path / "explorer")
     parity.verify(model, (torch.randn(4, 8, 64),), dtype="bf16", explorer_dir=out)
     graph, nodes = check_opens(server, out)

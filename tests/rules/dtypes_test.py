@@ -91,7 +91,7 @@ def test_narrow_floats():
 
     assert all(_dtypes.by_name(n).is_float and _dtypes.numpy_dtype(n).itemsize == 2 for n in _dtypes.NARROW_FLOATS)
     assert replays.NARROW_FORMATS == {"bf16": (8, 7), "f16": (5, 10)}
-    assert explorer._UNIT_ROUNDOFF == {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 2.0 ** -24, "f64": 2.0 ** -53}
+    assert explorer.UNIT_ROUNDOFF == {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 2.0 ** -24, "f64": 2.0 ** -53}
 
 
 def test_former_copies_are_the_table():
@@ -102,17 +102,17 @@ def test_former_copies_are_the_table():
 
     # numerics: exactly the floats the C++ comparator has an enum member for
     members = {n for n in dir(numerics_core.DType) if isinstance(getattr(numerics_core.DType, n), numerics_core.DType)}
-    assert set(numerics._DTYPES) == members == {"float64", "float32", "float16", "bfloat16"}
+    assert set(numerics.DTYPES) == members == {"float64", "float32", "float16", "bfloat16"}
     for row in ROWS:
         t = _dtypes.torch_dtype(row.name)
-        assert jax_call._TORCH_TO_JAX[t] == row.name and jax_call._JAX_TO_TORCH[row.name] is t
+        assert jax_call.TORCH_TO_JAX[t] == row.name and jax_call.JAX_TO_TORCH[row.name] is t
         assert tensor_file.CODES.get(row.name) == row.safetensors
         if not row.name.startswith("float8"):
             assert manifest.ELEMENT_TYPES[row.mlir] == row.name and manifest.np_dtype(row.name) == _dtypes.numpy_dtype(row.name)
         if row.is_float and not row.name.startswith("float8"):
             for spelling in (row.name, row.mlir, f"torch.{row.name}", *row.aliases):
                 assert runners.torch_dtype(spelling) is t
-    assert collectives._CPU_UNREDUCIBLE == ("torch.bfloat16", "torch.float16")
+    assert collectives.CPU_UNREDUCIBLE == ("torch.bfloat16", "torch.float16")
 
 
 @pytest.mark.parametrize("bad", ["int32", "bool", "float8_e4m3fn", "fp128", "complex64"])

@@ -319,14 +319,12 @@ class _ReaderProcess:
         import sys
         from multiprocessing.connection import Connection
 
-        import torch_xla_ext
-
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
         env = dict(os.environ)
         # The child imports this package from where this process did (tests put it on sys.path);
         # -P keeps the working directory off its sys.path, so another checkout there is not it.
-        root = os.path.dirname(os.path.dirname(os.path.abspath(torch_xla_ext.__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above torch_xla_ext/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.pop("PYTHONFAULTHANDLER", None)  # an expected crash is reported here, not dumped there
         try:
@@ -407,6 +405,12 @@ class _Duplex:
 
 
 _READER = _ReaderProcess()
+
+
+def reader_process() -> Any:
+    """The artifact reader's running process (a ``subprocess.Popen``), or None before the first
+    read or after it ended: for tests and diagnostics."""
+    return _READER._proc
 
 
 def _close_reader() -> None:

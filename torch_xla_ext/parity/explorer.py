@@ -71,7 +71,7 @@ ADAPTER_DIALECTS = ("arith", "builtin", "chlo", "func", "scf", "sdy", "shape", "
 # Ours: what a program of torch_xla's may contain once rewritten.
 _OUTPUT_DIALECTS = ("builtin", "chlo", "func", "sdy", "stablehlo")
 # Unit roundoff (half an ULP at 1) of each float type the program may round to.
-_UNIT_ROUNDOFF = {_dtypes.by_name(n).mlir: 2.0 ** -(_dtypes.float_format(n)[1] + 1)
+UNIT_ROUNDOFF = {_dtypes.by_name(n).mlir: 2.0 ** -(_dtypes.float_format(n)[1] + 1)
                   for n in ("bfloat16", "float16", "float32", "float64")}
 # Colours of the threshold bands: within one rounding, up to the 75th percentile, the 90th, beyond.
 _BANDS = ("#ffffff", "#fee6ce", "#fdae6b", "#e6550d")
@@ -245,9 +245,9 @@ def thresholds(element_type: str, values: Sequence[float]) -> list[dict[str, Any
         >>> [t["value"] for t in thresholds("bf16", [k / 100 for k in range(1, 11)])]
         [0.00390625, 0.07, 0.09, 1e+300]
     """
-    if element_type not in _UNIT_ROUNDOFF:
-        raise ParityError(f"element_type: expected one of {sorted(_UNIT_ROUNDOFF)}, got {element_type!r}")
-    u = _UNIT_ROUNDOFF[element_type]
+    if element_type not in UNIT_ROUNDOFF:
+        raise ParityError(f"element_type: expected one of {sorted(UNIT_ROUNDOFF)}, got {element_type!r}")
+    u = UNIT_ROUNDOFF[element_type]
     above = np.asarray([v for v in values if v > u], dtype=np.float64)
     out = [{"value": u, "bgColor": _BANDS[0]}]
     if above.size:
