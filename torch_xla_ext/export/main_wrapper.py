@@ -7,9 +7,21 @@ elements from a numpy array, or a dense resource blob), passes them through one
 ``stablehlo.optimization_barrier`` and calls the old one.
 
 Example:
-    >>> with ctx:                                            # doctest: +SKIP
-    ...     wrap_main(module, main, keep=[1], constants={0: dense_attribute(w, main_arg_type)},
-    ...               inner="_txe_main_inner0")
+    >>> import numpy as np
+    >>> from torch_xla_ext.export import graph
+    >>> text = '''func.func public @main(%w: tensor<2xf32>, %x: tensor<2xf32>) -> tensor<2xf32> {
+    ...   %0 = stablehlo.add %w, %x : tensor<2xf32>
+    ...   return %0 : tensor<2xf32>
+    ... }'''
+    >>> ctx, module = graph.parse(text, "example")
+    >>> with ctx:
+    ...     main = graph.main_func(module, "example")
+    ...     w = dense_attribute(np.array([1, 2], np.float32), main.regions[0].blocks[0].arguments[0].type)
+    ...     wrap_main(module, main, keep=[1], constants={0: w}, inner="_txe_main_inner0")
+    ...     print(module.operation.verify())
+    True
+    >>> "func.func @main(%arg0: tensor<2xf32>)" in str(module), "stablehlo.optimization_barrier" in str(module)
+    (True, True)
 """
 
 from __future__ import annotations
