@@ -336,9 +336,15 @@ def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwar
     and every module's own, inherited and total error (:mod:`.localization`). Runs without XLA.
 
     Example:
-        >>> report = compare_capture("xla_run.safetensors", model, (x,))  # doctest: +SKIP
-        >>> report.first_divergent_module  # doctest: +SKIP
-        'model.layers.1.mlp.down_proj'
+        >>> import torch
+        >>> from torch_xla_ext import parity
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+        >>> x = torch.randn(2, 16)
+        >>> parity.capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
+        'xla_run.safetensors'
+        >>> report = compare_capture("xla_run.safetensors", model, (x,))
+        >>> report.first_divergent_module is None          # a module name when one diverges
+        True
     """
     cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
     return compare(cap, reference, inputs, kwargs, rtol=rtol, atol=atol, seed=seed)
