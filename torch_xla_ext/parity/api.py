@@ -96,23 +96,59 @@ def _with_causes(outputs: Sequence[OutputParity], narrow: bool) -> list[OutputPa
     return [dataclasses.replace(o, cause=_explain.output_cause(o, narrow)) for o in outputs]
 
 
-def _replays(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]], keep_args: bool = True):
+def _compile_replays(proto: bytes) -> tuple[Program, Replay, Replay, dict[str, float]]:
+    """(program, rounded replay, exact replay, seconds) of an HloModuleProto; ReplayError when
+    either cannot be built."""
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    program = Program.from_hlo_proto(proto)
+    seconds["program"] = time.perf_counter() - t0
+    # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(Replay, program, rounded=r) for r in (True, False)]
+        rounded_replay, exact_replay = (f.result() for f in futures)
+    seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
+    seconds["compile exact replay"] = exact_replay.seconds["compile"]
+    return program, rounded_replay, exact_replay, seconds
+
+
+class _EarlyCompile:
+    """The replays compiled in a thread from the moment the XLA run's program exists, while
+    torch_xla compiles and executes it (both release the GIL): at real sizes the rounded replay's
+    compile costs about what torch_xla's own does, and would otherwise come after it."""
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(1)
+        self._future = None
+
+    def start(self, proto: bytes) -> None:
+        self._future = self._pool.submit(_compile_replays, proto)
+
+    def take(self) -> tuple[Program, Replay, Replay, dict[str, float]] | None:
+        """The compiled replays (the caller then owns them, so they can be freed), or None when
+        nothing was started."""
+        future, self._future = self._future, None
+        return future.result() if future is not None else None
+
+    def close(self) -> None:
+        self._future = None
+        self._pool.shutdown(wait=True)
+
+
+def _replays(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]], keep_args: bool = True,
+             early: _EarlyCompile | None = None):
     """(program, rounded outputs, exact outputs, status, seconds) of the XLA run's program.
     Without ``keep_args``, the run's graph arguments are released during the exact replay (its
-    f64 copies of them replace them): at real sizes these are the weights."""
+    f64 copies of them replace them): at real sizes these are the weights. ``early``: the
+    replays' compile, already started."""
     seconds: dict[str, float] = {}
     if run.proto is None:
         return None, None, None, f"unavailable: {run.hlo_error}", seconds
     try:
-        t0 = time.perf_counter()
-        program = Program.from_hlo_proto(run.proto)
-        seconds["program"] = time.perf_counter() - t0
-        # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
-        with ThreadPoolExecutor(2) as pool:
-            futures = [pool.submit(Replay, program, rounded=r) for r in (True, False)]
-            rounded_replay, exact_replay = (f.result() for f in futures)
-        seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
-        seconds["compile exact replay"] = exact_replay.seconds["compile"]
+        compiled = early.take() if early is not None else None
+        program, rounded_replay, exact_replay, compile_seconds = compiled or _compile_replays(run.proto)
+        del compiled
+        seconds.update(compile_seconds)
         rounded = rounded_replay(run.graph_args)
         seconds["run rounded replay"] = rounded_replay.seconds["run"]
         del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
@@ -184,6 +220,7 @@ def verify(
     ref = fn if reference is None else reference
     dtype_name = str(tdtype).removeprefix("torch.") if tdtype is not None else "input dtypes"
     seconds: dict[str, float] = {}
+    early = _EarlyCompile()
 
     try:
         with runners.user_rng_preserved():
@@ -196,10 +233,12 @@ def verify(
             golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
                                                         stage="fp64 golden")
             runners.release_freed_memory()
-            xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None)
+            xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None,
+                                  on_program=early.start if emulate else None)
             runners.release_freed_memory()
             seconds["xla"] = xla.seconds
     except runners.UserFailure as f:
+        early.close()
         text = f"{type(f.error).__name__}: {f.error}"
         explanation = (f"EXCEPTION: the {f.stage} run raised {text.splitlines()[0]}; nothing was compared. Fix the "
                        f"exception (report.exception has it) and rerun.")
@@ -207,10 +246,13 @@ def verify(
                             seconds={"total": time.perf_counter() - t_start})
     paths = [p for p, _ in xla.outputs]
     if paths != [p for p, _ in cpu]:
+        early.close()
         raise ParityError(f"fn and the reference return different floating-point outputs: {paths} vs "
                           f"{[p for p, _ in cpu]}")
     shapes = [(path or "<root>", list(a.shape), list(b.shape)) for (path, a), (_, b) in zip(xla.outputs, cpu)
               if tuple(a.shape) != tuple(b.shape)]
+    if shapes:  # nothing to replay
+        early.close()
     if shapes and reference is not None:
         path, on_xla, on_cpu = shapes[0]
         raise ParityError(f"output {path}: fn returns shape {on_xla} on XLA, the reference {on_cpu} on the CPU")
@@ -226,6 +268,7 @@ def verify(
     for (path, a), (_, b) in zip(cpu, cpu2):
         r = numerics.compare(a, b, rtol=0.0, atol=0.0, equal_nan=True)
         if not r.passed:
+            early.close()
             explanation = (
                 f"NONDETERMINISTIC_REFERENCE: two CPU eager runs of the reference, with the RNG reset to seed {seed} "
                 f"before each, differ on {r.mismatched}/{r.total} elements of output {path or '<root>'} (greatest "
@@ -240,11 +283,13 @@ def verify(
     if emulate:
         t0 = time.perf_counter()
         program, rounded, exact, status, replay_seconds = _replays(
-            xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None)
+            xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None,
+            early=early)
         seconds.update(replay_seconds)
         seconds["replays"] = time.perf_counter() - t0
     else:
         status = "unavailable: emulate=False"
+    early.close()
     outputs = [
         output_parity(path, x, c, g, tol, rounded[i] if rounded is not None else None,
                       exact[i] if exact is not None else None)

@@ -296,7 +296,10 @@ class XlaRun:
     module_paths: dict[str, str] | None = None
 
 
-def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool) -> XlaRun:
+def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool,
+            on_program: Callable[[bytes], Any] | None = None) -> XlaRun:
+    """The XLA run. ``on_program`` gets the HloModuleProto as soon as it exists, before
+    torch_xla compiles and executes it (verify starts compiling its replays there)."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -323,6 +326,8 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
             graph_args = [to_numpy(t.cpu()) for t in _hlo.graph_inputs(tensors)]
         except (RuntimeError, ValueError) as e:  # torch_xla's own error types
             err = str(HloCaptureError(f"torch_xla could not give the HLO of the XLA run: {type(e).__name__}: {e}"))
+    if proto is not None and on_program is not None:
+        on_program(proto)
     try:
         torch_xla.sync()
         outputs = [(p, t.cpu()) for p, t in leaves]
