@@ -29,7 +29,7 @@ import numpy as np
 
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
-from torch_xla_ext.parity.runners import release_freed_memory
+from torch_xla_ext.parity.runners import GraphArgs, made, release_freed_memory
 from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, _first_line, build_graph, functions, parse
 
 __all__ = ["NARROW_FORMATS", "Replay", "replay"]
@@ -268,14 +268,16 @@ class Replay:
 
     def __call__(self, args: Sequence[Any], *, consume: bool = False) -> list[np.ndarray]:
         """main's results for ``args`` (main's arguments in their original dtypes). With
-        ``consume``, ``args`` (a list) is emptied as its arrays are handed over, so an argument
-        the caller no longer needs is freed as soon as its widened copy exists."""
+        ``consume``, ``args`` (a list or :class:`~torch_xla_ext.parity.runners.GraphArgs`) is
+        emptied as its arrays are handed over, so an argument the caller no longer needs is freed
+        as soon as its widened copy exists."""
         from torch_xla_ext._compat import jax_mlir
 
         given = args
-        args = list(args)
+        # GraphArgs: each weight is made only when its turn comes (and, widened, dropped at once).
+        args = args.lazy() if isinstance(args, GraphArgs) else list(args)
         if consume:
-            if not isinstance(given, list):
+            if not isinstance(given, (list, GraphArgs)):
                 raise ParityTypeError(f"args: consume=True needs a list, got {type(given).__name__}")
             given.clear()
         if len(args) != len(self.arg_types):
@@ -284,13 +286,13 @@ class Replay:
         arrays, released = [], 0
         for k, (shape, et) in enumerate(self.arg_types):
             want = _numpy_dtype(et)
-            arr = np.asarray(args[k])
+            arr = np.asarray(made(args[k]))
             if list(arr.shape) != shape or arr.dtype != want:
                 raise ParityError(f"args[{k}]: main's argument {k} is {et}{shape}, got {arr.dtype}{list(arr.shape)}")
             if not self.rounded and et in ("bf16", "f16", "f32"):
                 arr = _widened(arr)
+                args[k] = None  # made for this call or consumed: only the f64 copy runs
                 if consume:
-                    args[k] = None  # the caller's copy goes now; the f64 one is what runs
                     released += arr.nbytes // 4
                     if released > _TRIM_EVERY:
                         release_freed_memory()
