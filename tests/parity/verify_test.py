@@ -349,3 +349,35 @@ def test_model_copies_are_cast_tensor_by_tensor_like_module_to():
         for (k, g), (_, w) in zip(got.state_dict().items(), want.state_dict().items()):
             assert g.dtype == w.dtype and torch.equal(g, w), k
     assert all(torch.equal(v, before[k]) and v.dtype == before[k].dtype for k, v in model.state_dict().items())
+
+
+def test_the_replays_read_the_weights_the_device_held_even_when_the_run_updates_buffers_in_place():
+    """verify does not copy the XLA run's weights back before torch_xla runs: the replays cast
+    them again from the user's model. Oracles: torch_xla's own device data (read before the run,
+    bit for bit) and the run itself (the rounded replay matches it only with the right arguments).
+    A train-mode BatchNorm updates its running stats in place, so torch_xla donates those buffers."""
+    import torch_xla
+
+    from torch_xla_ext._compat import hlo
+    from torch_xla_ext.parity import runners
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.GELU(),
+                                torch.nn.Linear(16, 4)).train()
+    x = torch.randn(6, 8)
+    user_stats = model[1].running_mean.clone()
+    run = runners.run_xla(model, (x,), {}, torch.bfloat16, 0, True)
+    assert isinstance(run.graph_args, runners.GraphArgs)
+    # The same program traced again; its device data read before torch_xla runs it.
+    with torch.no_grad():
+        device_model = runners.prepare(model, torch_xla.device(), torch.bfloat16)
+        out = device_model(runners.move(x, torch_xla.device(), torch.bfloat16))
+    expected = [runners.to_numpy(t.cpu()) for t in hlo.graph_inputs([out])]
+    torch_xla.sync()
+    assert len(run.graph_args) == len(expected)
+    for k, (got, want) in enumerate(zip(run.graph_args, expected)):
+        assert got.dtype == want.dtype and got.shape == want.shape, k
+        assert got.tobytes() == want.tobytes(), f"argument {k} differs from the device's"
+    report = parity.verify(model, (x,), dtype="bf16")
+    assert report.emulation == "matches", report.explanation
+    assert torch.equal(model[1].running_mean, user_stats)  # the user's model is never run

@@ -32,3 +32,15 @@ def graph_inputs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 def ir_text(tensors: Sequence[torch.Tensor]) -> str:
     """torch_xla's IR (aten-level nodes) for ``tensors``, useful next to the HLO."""
     return torch_xla._XLAC._get_xla_tensors_text(list(tensors))
+
+
+def graph_input_ids(tensors: Sequence[torch.Tensor]) -> list[int]:
+    """For each tensor of ``graph_inputs``, the id (:func:`tensor_id`) of the XLA tensor whose
+    device data it is."""
+    ids, _values = torch_xla._XLAC._get_tensors_xla_device_data_node(list(tensors))
+    return [int(i) for i in ids]
+
+
+def tensor_id(tensor: torch.Tensor) -> int:
+    """torch_xla's id of an XLA tensor (shared by an nn.Parameter made from it)."""
+    return int(torch_xla._XLAC._xla_get_tensor_id(tensor))

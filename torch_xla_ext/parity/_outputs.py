@@ -68,23 +68,59 @@ def with_causes(outputs: Sequence[OutputParity], narrow: bool) -> list[OutputPar
     return [dataclasses.replace(o, cause=_explain.output_cause(o, narrow)) for o in outputs]
 
 
-def replay_outputs(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]], keep_args: bool = True):
+def compile_replays(proto: bytes) -> tuple[Program, Replay, Replay, dict[str, float]]:
+    """(program, rounded replay, exact replay, seconds) of an HloModuleProto; ReplayError when
+    either cannot be built."""
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    program = Program.from_hlo_proto(proto)
+    seconds["program"] = time.perf_counter() - t0
+    # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(Replay, program, rounded=r) for r in (True, False)]
+        rounded_replay, exact_replay = (f.result() for f in futures)
+    seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
+    seconds["compile exact replay"] = exact_replay.seconds["compile"]
+    return program, rounded_replay, exact_replay, seconds
+
+
+class EarlyCompile:
+    """The replays compiled in a thread from the moment the XLA run's program exists, while
+    torch_xla compiles and executes it (both release the GIL): at real sizes the rounded replay's
+    compile costs about what torch_xla's own does, and would otherwise come after it."""
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(1)
+        self._future = None
+
+    def start(self, proto: bytes) -> None:
+        self._future = self._pool.submit(compile_replays, proto)
+
+    def take(self) -> tuple[Program, Replay, Replay, dict[str, float]] | None:
+        """The compiled replays (the caller then owns them, so they can be freed), or None when
+        nothing was started."""
+        future, self._future = self._future, None
+        return future.result() if future is not None else None
+
+    def close(self) -> None:
+        self._future = None
+        self._pool.shutdown(wait=True)
+
+
+def replay_outputs(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]], keep_args: bool = True,
+                   early: EarlyCompile | None = None):
     """(program, rounded outputs, exact outputs, status, seconds) of the XLA run's program.
     Without ``keep_args``, the run's graph arguments are released during the exact replay (its
-    f64 copies of them replace them): at real sizes these are the weights."""
+    f64 copies of them replace them): at real sizes these are the weights. ``early``: the
+    replays' compile, already started."""
     seconds: dict[str, float] = {}
     if run.proto is None:
         return None, None, None, f"unavailable: {run.hlo_error}", seconds
     try:
-        t0 = time.perf_counter()
-        program = Program.from_hlo_proto(run.proto)
-        seconds["program"] = time.perf_counter() - t0
-        # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
-        with ThreadPoolExecutor(2) as pool:
-            futures = [pool.submit(Replay, program, rounded=r) for r in (True, False)]
-            rounded_replay, exact_replay = (f.result() for f in futures)
-        seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
-        seconds["compile exact replay"] = exact_replay.seconds["compile"]
+        compiled = early.take() if early is not None else None
+        program, rounded_replay, exact_replay, compile_seconds = compiled or compile_replays(run.proto)
+        del compiled
+        seconds.update(compile_seconds)
         rounded = rounded_replay(run.graph_args)
         seconds["run rounded replay"] = rounded_replay.seconds["run"]
         del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed

@@ -10,7 +10,7 @@ from torch_xla_ext import numerics
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import localization, runners
 from torch_xla_ext.parity._checks import check_inputs, tolerances
-from torch_xla_ext.parity._outputs import golden_errors, output_parity, replay_outputs, with_causes
+from torch_xla_ext.parity._outputs import EarlyCompile, golden_errors, output_parity, replay_outputs, with_causes
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.report import ParityReport, Verdict
 from torch_xla_ext.parity.stablehlo import Program
@@ -72,6 +72,7 @@ def verify(
     ref = fn if reference is None else reference
     dtype_name = str(tdtype).removeprefix("torch.") if tdtype is not None else "input dtypes"
     seconds: dict[str, float] = {}
+    early = EarlyCompile()
 
     try:
         with runners.user_rng_preserved():
@@ -84,10 +85,12 @@ def verify(
             golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
                                                         stage="fp64 golden")
             runners.release_freed_memory()
-            xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None)
+            xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None,
+                                  on_program=early.start if emulate else None)
             runners.release_freed_memory()
             seconds["xla"] = xla.seconds
     except runners.UserFailure as f:
+        early.close()
         text = f"{type(f.error).__name__}: {f.error}"
         explanation = (f"EXCEPTION: the {f.stage} run raised {text.splitlines()[0]}; nothing was compared. Fix the "
                        f"exception (report.exception has it) and rerun.")
@@ -95,10 +98,13 @@ def verify(
                             seconds={"total": time.perf_counter() - t_start})
     paths = [p for p, _ in xla.outputs]
     if paths != [p for p, _ in cpu]:
+        early.close()
         raise ParityError(f"fn and the reference return different floating-point outputs: {paths} vs "
                           f"{[p for p, _ in cpu]}")
     shapes = [(path or "<root>", list(a.shape), list(b.shape)) for (path, a), (_, b) in zip(xla.outputs, cpu)
               if tuple(a.shape) != tuple(b.shape)]
+    if shapes:  # nothing to replay
+        early.close()
     if shapes and reference is not None:
         path, on_xla, on_cpu = shapes[0]
         raise ParityError(f"output {path}: fn returns shape {on_xla} on XLA, the reference {on_cpu} on the CPU")
@@ -114,6 +120,7 @@ def verify(
     for (path, a), (_, b) in zip(cpu, cpu2):
         r = numerics.compare(a, b, rtol=0.0, atol=0.0, equal_nan=True)
         if not r.passed:
+            early.close()
             explanation = (
                 f"NONDETERMINISTIC_REFERENCE: two CPU eager runs of the reference, with the RNG reset to seed {seed} "
                 f"before each, differ on {r.mismatched}/{r.total} elements of output {path or '<root>'} (greatest "
@@ -128,11 +135,13 @@ def verify(
     if emulate:
         t0 = time.perf_counter()
         program, rounded, exact, status, replay_seconds = replay_outputs(
-            xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None)
+            xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None,
+            early=early)
         seconds.update(replay_seconds)
         seconds["replays"] = time.perf_counter() - t0
     else:
         status = "unavailable: emulate=False"
+    early.close()
     outputs = [
         output_parity(path, x, c, g, tol, rounded[i] if rounded is not None else None,
                       exact[i] if exact is not None else None)

@@ -11,6 +11,7 @@ import contextvars
 import copy
 import dataclasses
 import time
+from collections.abc import Sequence
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from torch_xla_ext import _dtypes
 from torch_xla_ext.parity.errors import HloCaptureError, ParityError, ParityTypeError
 
-__all__ = ["UserFailure", "XlaRun", "call", "float_leaves", "move", "prepare", "run_cpu", "run_xla", "torch_dtype",
+__all__ = ["GraphArgs", "UserFailure", "XlaRun", "call", "float_leaves", "move", "prepare", "run_cpu", "run_xla", "torch_dtype",
            "to_numpy", "user_rng_preserved"]
 
 def torch_dtype(dtype: Any, what: str = "dtype"):
@@ -65,33 +66,44 @@ def move(value: Any, device: Any, dtype: Any) -> Any:
     return tree_map(one, value)
 
 
-def prepare(fn: Any, device: Any, dtype: Any, *, via: Any = None) -> Callable:
+def prepare(fn: Any, device: Any, dtype: Any, *, via: Any = None, made: list | None = None) -> Callable:
     """A module is copied with its floating parameters and buffers cast to ``via`` (when given)
     and then to ``dtype`` on the CPU, and moved; other callables are kept.
 
     The copy is made tensor by tensor (each cast straight from the original), so it costs one
     copy of the weights in the target dtype, never a float32 copy of the whole model first: at
-    real sizes that copy was the largest term of verify's peak memory. Tied weights stay tied."""
+    real sizes that copy was the largest term of verify's peak memory. Tied weights stay tied.
+    ``made`` (a list) receives (copy, original) for every tensor cast."""
     import torch
 
     if not isinstance(fn, torch.nn.Module):
         return fn
 
     def cast(t: Any) -> Any:
-        t = t.detach().to("cpu")
-        if t.is_floating_point() or t.is_complex():  # what Module.to(dtype) casts
-            for d in (via, dtype):
-                if d is not None:
-                    t = t.to(d)
-        return t.to(device)
+        return cast_on_cpu(t, dtype, via).to(device)
 
     memo: dict[int, Any] = {}
     for p in fn.parameters():
         memo[id(p)] = torch.nn.Parameter(cast(p), requires_grad=p.requires_grad)
+        if made is not None:
+            made.append((memo[id(p)], p))
     for b in fn.buffers():
         memo[id(b)] = cast(b)
+        if made is not None:
+            made.append((memo[id(b)], b))
     # deepcopy takes every tensor it meets in the memo as already copied.
     return copy.deepcopy(fn, memo)
+
+
+def cast_on_cpu(t: Any, dtype: Any, via: Any = None) -> Any:
+    """``t`` on the CPU, cast to ``via`` and then ``dtype`` when floating (what Module.to(dtype)
+    casts); :func:`prepare` moves this to the device."""
+    t = t.detach().to("cpu")
+    if t.is_floating_point() or t.is_complex():
+        for d in (via, dtype):
+            if d is not None:
+                t = t.to(d)
+    return t
 
 
 def _key_entries(node: Any) -> list[tuple[str, Any]] | None:
@@ -276,6 +288,48 @@ def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: 
     return [(p, t.detach().clone()) for p, t in float_leaves(out, "the reference")], seconds
 
 
+class _Recast:
+    """One argument of the XLA run's program made again when needed: ``original`` (the user's
+    tensor, which stays) cast exactly as :func:`prepare` cast it for the run, so bit for bit what
+    the device held."""
+
+    def __init__(self, original: Any, dtype: Any):
+        self.original, self.dtype = original, dtype
+
+    def __call__(self) -> np.ndarray:
+        return to_numpy(cast_on_cpu(self.original, self.dtype))
+
+
+class GraphArgs(Sequence):
+    """The XLA run's program arguments as numpy arrays. The model's weights are not held: each is
+    cast again from the user's model when asked for (a fresh array each time), so at real sizes
+    no copy of the weights waits through the run for the replays; other arguments are copies."""
+
+    def __init__(self, items: list):
+        self._items = items  # numpy arrays and _Recast
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        item = self._items[k]
+        return item() if isinstance(item, _Recast) else item
+
+    def lazy(self) -> list:
+        """The items unmade (arrays and makers); call :func:`made` on one to get its array."""
+        return list(self._items)
+
+    def clear(self) -> None:
+        self._items = []
+
+
+def made(item: Any) -> Any:
+    """An item of :meth:`GraphArgs.lazy` as its array."""
+    return item() if isinstance(item, _Recast) else item
+
+
 @dataclasses.dataclass
 class XlaRun:
     """Outputs of the XLA run and its program: the HloModuleProto and the device data it reads
@@ -283,14 +337,17 @@ class XlaRun:
 
     outputs: list[tuple[str, Any]]
     proto: bytes | None
-    graph_args: list[np.ndarray] | None
+    graph_args: GraphArgs | None
     hlo_error: str | None
     seconds: float
     # HLO instruction -> module path (parity.explorer); None: no op metadata (XLA_HLO_DEBUG off).
     module_paths: dict[str, str] | None = None
 
 
-def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool) -> XlaRun:
+def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool,
+            on_program: Callable[[bytes], Any] | None = None) -> XlaRun:
+    """The XLA run. ``on_program`` gets the HloModuleProto as soon as it exists, before
+    torch_xla compiles and executes it (verify starts compiling its replays there)."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -303,7 +360,8 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     xm.set_rng_state(seed)
     t0 = time.perf_counter()
     with torch.no_grad():
-        model = prepare(fn, device, dtype)
+        pairs: list = []
+        model = prepare(fn, device, dtype, made=pairs)
         a, k = move(args, device, dtype), move(kwargs, device, dtype)
         with _hlo_debug.module_scopes(model if capture_hlo else None):  # module paths in the HLO
             out = call("XLA", model, a, k)
@@ -314,14 +372,27 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
         tensors = [t for _, t in leaves]
         try:
             proto, module_paths = _hlo_debug.split_metadata(_hlo.lowered_hlo_proto(tensors))
-            graph_args = [to_numpy(t.cpu()) for t in _hlo.graph_inputs(tensors)]
+            # The model's weights are made again for the replays from the user's model; copying
+            # them back now would hold a copy through torch_xla's compile and execution (the run's
+            # peak at real sizes). Anything else is copied now: the run may donate its buffer.
+            origin = {_hlo.tensor_id(c): (c, o) for c, o in pairs}
+            graph_args = []
+            for i, t in zip(_hlo.graph_input_ids(tensors), _hlo.graph_inputs(tensors)):
+                c, o = origin.get(i, (None, None))
+                same = c is not None and c.dtype == t.dtype and tuple(c.shape) == tuple(t.shape)
+                graph_args.append(_Recast(o, dtype) if same else to_numpy(t.cpu()))
+            graph_args = GraphArgs(graph_args)
+            del origin
         except (RuntimeError, ValueError) as e:  # torch_xla's own error types
             err = str(HloCaptureError(f"torch_xla could not give the HLO of the XLA run: {type(e).__name__}: {e}"))
+    if proto is not None and on_program is not None:
+        on_program(proto)
     try:
         torch_xla.sync()
         outputs = [(p, t.cpu()) for p, t in leaves]
     except RuntimeError as e:  # torch_xla failed to execute the user's program
         raise UserFailure("XLA", e) from e
+    del pairs, model
     return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0, module_paths)
 
 
