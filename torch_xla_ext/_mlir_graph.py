@@ -8,9 +8,15 @@ Ops come in pre-order: an op with regions before the ops of its regions, which n
 arguments). Values are typed ``(shape, MLIR element type)``: -1 for a dynamic dimension,
 ``([], "")`` for a non-tensor (a token, a tuple). Imports JAX's MLIR bindings only when walking.
 
-Example (``func`` a ``func.func`` op of a module parsed in a context from ``_compat.jax_mlir``):
-    >>> g = walk(func)                                       # doctest: +SKIP
-    >>> [(o.name, o.operands, o.results) for o in g.graph_ops][:1]   # doctest: +SKIP
+Example:
+    >>> from torch_xla_ext.export import graph
+    >>> ctx, module = graph.parse('''func.func public @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> tensor<2xf32> {
+    ...   %0 = stablehlo.add %a, %b : tensor<2xf32>
+    ...   return %0 : tensor<2xf32>
+    ... }''', "example")
+    >>> with ctx:
+    ...     g = walk(graph.main_func(module, "example"))
+    >>> [(o.name, o.operands, o.results) for o in g.graph_ops][:1]
     [('stablehlo.add', [0, 1], [2])]
 """
 

@@ -12,6 +12,7 @@ import faulthandler
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
