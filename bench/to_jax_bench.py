@@ -16,6 +16,7 @@ Run: PYTHONPATH=. .venv/bin/python bench/to_jax_bench.py [--layers 12] [--width 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -30,6 +31,14 @@ TIMEOUT_S = 1800
 
 def _peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+@contextlib.contextmanager
+def _timed(times: dict, key: str):
+    """Wall seconds of the block, as ``times[key]``."""
+    t0 = time.perf_counter()
+    yield
+    times[key] = time.perf_counter() - t0
 
 
 def make(bundle_dir: str, layers: int, width: int) -> dict:
@@ -74,27 +83,22 @@ def measure(bundle_dir: str, out_dir: str) -> dict:
 
     ids = np.load(os.path.join(bundle_dir, "ids.npy"))
     times = {}
-    t0 = time.perf_counter()
-    bundle = export.load(bundle_dir)
-    times["load_bundle_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    exp = export.to_jax(bundle)
-    times["to_jax_s"] = time.perf_counter() - t0
+    with _timed(times, "load_bundle_s"):
+        bundle = export.load(bundle_dir)
+    with _timed(times, "to_jax_s"):
+        exp = export.to_jax(bundle)
     module_bytes = len(exp.exported.mlir_module_serialized)
-    t0 = time.perf_counter()
-    exp.save(out_dir)
-    times["save_s"] = time.perf_counter() - t0
+    with _timed(times, "save_s"):
+        exp.save(out_dir)
     del exp, bundle
-    t0 = time.perf_counter()
-    again = export.load_jax(out_dir)
-    times["load_jax_s"] = time.perf_counter() - t0
+    with _timed(times, "load_jax_s"):
+        again = export.load_jax(out_dir)
     import jax
 
-    t0 = time.perf_counter()
-    with jax.experimental.enable_x64():  # GPT-2's token ids are int64
-        (logits,) = again.call(ids)
-        logits = np.asarray(logits)
-    times["call_s"] = time.perf_counter() - t0
+    with _timed(times, "call_s"):
+        with jax.experimental.enable_x64():  # GPT-2's token ids are int64
+            (logits,) = again.call(ids)
+            logits = np.asarray(logits)
     want = np.load(os.path.join(bundle_dir, "run_logits.npy"))
     scale = float(np.abs(want).max())
     return {**times, "peak_rss": _peak_bytes(), "module_bytes": module_bytes,
@@ -109,23 +113,18 @@ def inline(bundle_dir: str, out_dir: str) -> dict:
 
     ids = np.load(os.path.join(bundle_dir, "ids.npy"))
     times = {}
-    t0 = time.perf_counter()
-    bundle = export.load(bundle_dir)
-    times["load_bundle_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    lean = export.inline_constants(bundle, weights=True)
-    times["inline_constants_s"] = time.perf_counter() - t0
+    with _timed(times, "load_bundle_s"):
+        bundle = export.load(bundle_dir)
+    with _timed(times, "inline_constants_s"):
+        lean = export.inline_constants(bundle, weights=True)
     text_bytes = len(lean.module_text)
-    t0 = time.perf_counter()
-    lean.save(out_dir)
-    times["save_s"] = time.perf_counter() - t0
+    with _timed(times, "save_s"):
+        lean.save(out_dir)
     del lean, bundle
-    t0 = time.perf_counter()
-    again = export.load(out_dir)
-    times["load_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    (logits,) = export.run(again, ids)
-    times["run_s"] = time.perf_counter() - t0
+    with _timed(times, "load_s"):
+        again = export.load(out_dir)
+    with _timed(times, "run_s"):
+        (logits,) = export.run(again, ids)
     want = np.load(os.path.join(bundle_dir, "run_logits.npy"))
     saved = {}
     for root, _, files in os.walk(out_dir):
