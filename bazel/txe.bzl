@@ -116,7 +116,7 @@ def txe_py_test(name, src, size = "small", deps = None, data = [], args = [], ta
         main = "//bazel:pytest_main.py",
         args = ["$(location %s)" % src] + (_quoted_k(k) if k != None else []) + args,
         deps = deps,
-        data = data,
+        data = data + ["//bazel:pytest.ini"],
         size = size,
         tags = tags + ["python"],
         python_version = "PY3",
