@@ -61,6 +61,36 @@ def test_exact_replay_is_fp64_without_rounding(linear):
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
 
 
+def test_unrounded_f32_replay_computes_bf16_in_f32_without_rounding(linear):
+    """precision="f32": the program's bf16 values in f32, nothing rounded. Oracle: numpy in f32 and
+    in f64. f32 keeps 16 more mantissa bits than bf16, so its distance from the exact values must
+    sit far below the rounded replay's (2^8 of slack on that 2^16)."""
+    program, rounded, exact = linear
+    unrounded = parity.Replay(program, rounded=False, precision="f32")
+    assert unrounded.precision == "f32" and exact.precision == "f64" and rounded.precision is None
+    worst_f32 = worst_bf16 = 0.0
+    for seed in range(20):
+        b, w, x = _linear_args(seed)
+        (got,) = unrounded([b, w, x])
+        assert got.dtype == np.float32 and got.shape == (2, 4)
+        want32 = x.astype(f32) @ w.astype(f32).T + b.astype(f32)
+        want64 = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+        # bf16 x bf16 products are exact in f32; only the 8-term sum and the add round (each at 2^-24).
+        np.testing.assert_allclose(got, want32, rtol=0, atol=10 * 2.0 ** -24 * float(np.abs(want64).max() + 1))
+        worst_f32 = max(worst_f32, float(np.abs(got - want64).max()))
+        worst_bf16 = max(worst_bf16, float(np.abs(rounded([b, w, x])[0] - want64).max()))
+    assert worst_bf16 > 0 and worst_f32 <= 2.0 ** -8 * worst_bf16, (worst_f32, worst_bf16)
+    with pytest.raises(parity.ParityError, match="precision"):
+        parity.Replay(program, rounded=False, precision="f16")
+
+
+def test_unrounded_precision_is_f32_only_for_a_program_that_rounds_to_a_narrow_float(linear):
+    program, _, _ = linear
+    assert program.rounding_points and parity.unrounded_precision(program) == "f32"
+    f32_program = parity.Program(LINEAR.replace("bf16", "f32"))
+    assert f32_program.rounding_points == () and parity.unrounded_precision(f32_program) == "f64"
+
+
 def test_rounding_points_name_the_double_rounding(linear):
     program, _, _ = linear
     points = program.rounding_points

@@ -71,8 +71,12 @@ def test_bf16_mismatch_is_rounding_placement_with_the_replay_bit_identical(bf16_
     # XLA equals its program replayed with XLA:CPU's roundings, on every element (the #8747 numbers)...
     assert r.emulation == "matches"
     assert o.emulated.mismatched == 0 and o.emulated.total == 7680
-    # ...and the program without roundings is the reference's math.
-    assert r.hlo_math == "same" and o.unrounded.passed and o.same_math
+    # ...and the program without roundings is the reference's math. It rounds to bf16, so that
+    # replay ran in f32: 16 more mantissa bits than bf16, so its error against the fp64 golden
+    # must sit far below the rounded replay's (2^8 of slack on that 2^16).
+    assert r.hlo_math == "same" and o.same_math and r.unrounded_replay == "f32"
+    assert 0 < o.unrounded_error <= 2.0 ** -8 * o.emulated_error, (o.unrounded_error, o.emulated_error)
+    assert "run exact f64 replay" not in r.seconds  # nothing to confirm
     doubles = [p for p in r.rounding_points if p.after]
     assert ("dot_general", "add") in {(p.after_opcode, p.opcode) for p in doubles}
     assert all(p.element_type == "bf16" for p in r.rounding_points)
@@ -121,6 +125,22 @@ def test_a_different_program_is_a_real_difference():
     assert r.outputs[0].cause == "real difference"
     assert "the program XLA ran is not the reference's math" in r.explanation
     assert "Rounding placement" not in r.explanation
+
+
+def test_a_different_bf16_program_is_confirmed_by_the_exact_f64_replay():
+    """In bf16 the replay without rounding runs in f32; an output it finds off the golden is only
+    called a real difference after the exact f64 replay confirms it."""
+    x = torch.randn(64)
+    r = parity.verify(lambda t: t * 1.1, (x,), reference=lambda t: t, dtype="bf16")
+    assert r.verdict == parity.Verdict.FAIL and r.rounding_points  # the multiply rounds to bf16
+    assert "run exact f64 replay" in r.seconds and r.unrounded_replay == "f64"
+    assert r.hlo_math == "differs" and r.outputs[0].cause == "real difference"
+    # Oracle: the golden is x (the reference), the program's math x * 1.1 (the scalar stays wider
+    # than bf16 in the program: f32's 1.1 and the exact 1.1 differ by 2.4e-8), in fp64.
+    xb = x.bfloat16().double()
+    want = float((xb * 1.1 - xb).abs().max())
+    assert r.outputs[0].unrounded_error == pytest.approx(want, rel=1e-6)
+    assert "Replayed in fp64 without rounding" in r.explanation
 
 
 def test_an_output_of_another_shape_on_xla_is_a_fail_not_an_error():

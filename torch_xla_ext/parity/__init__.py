@@ -47,7 +47,7 @@ from torch_xla_ext.parity.errors import (
 from torch_xla_ext.parity.explorer import write_model_explorer
 from torch_xla_ext.parity.html import write_html
 from torch_xla_ext.parity.localization import compare_capture, plot_modules
-from torch_xla_ext.parity.replays import Replay, replay
+from torch_xla_ext.parity.replays import Replay, replay, unrounded_precision
 from torch_xla_ext.parity.scan import scan_layers, scan_patched_linear_example
 from torch_xla_ext.parity.report import CAUSES, LayerParity, ModuleParity, OutputParity, ParityReport, Verdict
 from torch_xla_ext.parity.stablehlo import Program, RoundingPoint
@@ -56,6 +56,6 @@ __all__ = [
     "CAUSES", "Capture", "CaptureError", "CaptureNotFoundError", "HloCaptureError", "LayerParity", "ModuleParity",
     "OutputParity", "ParityError", "ParityReport", "ParityTypeError", "Program", "Replay", "ReplayError",
     "RoundingPoint", "Verdict", "assert_parity", "capture", "compare_capture", "load_capture", "localize",
-    "plot_modules", "replay", "scan_layers", "scan_patched_linear_example", "verify", "write_html",
-    "write_model_explorer",
+    "plot_modules", "replay", "scan_layers", "scan_patched_linear_example", "unrounded_precision", "verify",
+    "write_html", "write_model_explorer",
 ]

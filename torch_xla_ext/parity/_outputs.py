@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -13,11 +13,11 @@ from torch_xla_ext import numerics
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import runners
 from torch_xla_ext.parity.errors import ReplayError
-from torch_xla_ext.parity.replays import Replay
+from torch_xla_ext.parity.replays import Replay, unrounded_precision
 from torch_xla_ext.parity.report import OutputParity
 from torch_xla_ext.parity.stablehlo import Program
 
-__all__ = ["closer", "golden_errors", "output_parity", "replay_outputs", "with_causes"]
+__all__ = ["Replayed", "closer", "exact_outputs", "golden_errors", "output_parity", "replay_outputs", "with_causes"]
 
 
 def golden_errors(y: Any, golden: Any) -> tuple[float, float]:
@@ -68,16 +68,19 @@ def with_causes(outputs: Sequence[OutputParity], narrow: bool) -> list[OutputPar
     return [dataclasses.replace(o, cause=_explain.output_cause(o, narrow)) for o in outputs]
 
 
-def compile_replays(proto: bytes) -> tuple[Program, Replay, Replay, dict[str, float]]:
-    """(program, rounded replay, exact replay, seconds) of an HloModuleProto; ReplayError when
-    either cannot be built."""
+def compile_replays(proto: bytes, unrounded: str = "f64") -> tuple[Program, Replay, Replay, dict[str, float]]:
+    """(program, rounded replay, unrounded replay, seconds) of an HloModuleProto; ReplayError
+    when either cannot be built. ``unrounded``: the unrounded replay's float, "f64", "f32", or
+    "auto" (:func:`~torch_xla_ext.parity.replays.unrounded_precision` of the program)."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     program = Program.from_hlo_proto(proto)
     seconds["program"] = time.perf_counter() - t0
+    precision = unrounded_precision(program) if unrounded == "auto" else unrounded
     # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(Replay, program, rounded=r) for r in (True, False)]
+        futures = [pool.submit(Replay, program, rounded=True),
+                   pool.submit(Replay, program, rounded=False, precision=precision)]
         rounded_replay, exact_replay = (f.result() for f in futures)
     seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
     seconds["compile exact replay"] = exact_replay.seconds["compile"]
@@ -89,12 +92,13 @@ class EarlyCompile:
     torch_xla compiles and executes it (both release the GIL): at real sizes the rounded replay's
     compile costs about what torch_xla's own does, and would otherwise come after it."""
 
-    def __init__(self):
+    def __init__(self, unrounded: str = "f64"):
         self._pool = ThreadPoolExecutor(1)
         self._future = None
+        self._unrounded = unrounded
 
     def start(self, proto: bytes) -> None:
-        self._future = self._pool.submit(compile_replays, proto)
+        self._future = self._pool.submit(compile_replays, proto, self._unrounded)
 
     def take(self) -> tuple[Program, Replay, Replay, dict[str, float]] | None:
         """The compiled replays (the caller then owns them, so they can be freed), or None when
@@ -107,33 +111,63 @@ class EarlyCompile:
         self._pool.shutdown(wait=True)
 
 
+class Replayed(NamedTuple):
+    """What :func:`replay_outputs` gives: the program, the replays' outputs (None when
+    unavailable), the status ("ok" or "unavailable: <why>"), seconds per step, and the float the
+    unrounded replay computed in ("f64" or "f32")."""
+
+    program: Program | None
+    rounded: list | None
+    exact: list | None
+    status: str
+    seconds: dict[str, float]
+    precision: str = "f64"
+
+
 def replay_outputs(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]], keep_args: bool = True,
-                   early: EarlyCompile | None = None):
-    """(program, rounded outputs, exact outputs, status, seconds) of the XLA run's program.
-    Without ``keep_args``, the run's graph arguments are released during the exact replay (its
-    f64 copies of them replace them): at real sizes these are the weights. ``early``: the
-    replays' compile, already started."""
+                   early: EarlyCompile | None = None, unrounded: str = "f64") -> Replayed:
+    """The XLA run's program replayed rounded and unrounded (``unrounded``: see
+    :func:`compile_replays`; ``early``: the replays' compile, already started with its own).
+    Without ``keep_args``, the run's graph arguments are released during an f64 replay (its
+    copies of them replace them): at real sizes these are the weights; an f32 replay keeps them,
+    so :func:`exact_outputs` can confirm in f64."""
     seconds: dict[str, float] = {}
     if run.proto is None:
-        return None, None, None, f"unavailable: {run.hlo_error}", seconds
+        return Replayed(None, None, None, f"unavailable: {run.hlo_error}", seconds)
     try:
         compiled = early.take() if early is not None else None
-        program, rounded_replay, exact_replay, compile_seconds = compiled or compile_replays(run.proto)
+        program, rounded_replay, exact_replay, compile_seconds = compiled or compile_replays(run.proto, unrounded)
         del compiled
         seconds.update(compile_seconds)
+        precision = exact_replay.precision
         rounded = rounded_replay(run.graph_args)
         seconds["run rounded replay"] = rounded_replay.seconds["run"]
         del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
         runners.release_freed_memory()
-        exact = exact_replay(run.graph_args, consume=not keep_args)
+        exact = exact_replay(run.graph_args, consume=not keep_args and precision == "f64")
         seconds["run exact replay"] = exact_replay.seconds["run"]
         del exact_replay
     except ReplayError as e:
-        return None, None, None, f"unavailable: {e}", seconds
+        return Replayed(None, None, None, f"unavailable: {e}", seconds)
     if len(rounded) != n_outputs:
-        return program, None, None, (f"unavailable: the program has {len(rounded)} results, fn returned "
-                                     f"{n_outputs} floating-point outputs"), seconds
+        return Replayed(program, None, None, f"unavailable: the program has {len(rounded)} results, fn returned "
+                                             f"{n_outputs} floating-point outputs", seconds, precision)
     for k, (r, s) in enumerate(zip(rounded, shapes)):
         if int(np.prod(r.shape)) != int(np.prod(s)):
-            return program, None, None, f"unavailable: the program's result {k} is {list(r.shape)}, fn's output is {list(s)}", seconds
-    return program, rounded, exact, "ok", seconds
+            return Replayed(program, None, None, f"unavailable: the program's result {k} is {list(r.shape)}, fn's "
+                                                 f"output is {list(s)}", seconds, precision)
+    return Replayed(program, rounded, exact, "ok", seconds, precision)
+
+
+def exact_outputs(program: Program, run: runners.XlaRun, keep_args: bool = True) -> tuple[list | None, str, dict[str, float]]:
+    """(outputs, status, seconds) of the exact f64 replay of ``program`` on the run's arguments:
+    the confirmation verify asks for when the unrounded f32 replay leaves the golden."""
+    seconds: dict[str, float] = {}
+    try:
+        replay = Replay(program, rounded=False, precision="f64")
+        seconds["compile exact f64 replay"] = replay.seconds["compile"]
+        exact = replay(run.graph_args, consume=not keep_args)
+        seconds["run exact f64 replay"] = replay.seconds["run"]
+    except ReplayError as e:
+        return None, f"unavailable: {e}", seconds
+    return exact, "ok", seconds

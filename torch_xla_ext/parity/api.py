@@ -10,7 +10,8 @@ from torch_xla_ext import numerics
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import localization, runners
 from torch_xla_ext.parity._checks import check_inputs, tolerances
-from torch_xla_ext.parity._outputs import EarlyCompile, golden_errors, output_parity, replay_outputs, with_causes
+from torch_xla_ext.parity._outputs import (EarlyCompile, exact_outputs, golden_errors, output_parity, replay_outputs,
+                                           with_causes)
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.report import ParityReport, Verdict
 from torch_xla_ext.parity.stablehlo import Program
@@ -72,7 +73,7 @@ def verify(
     ref = fn if reference is None else reference
     dtype_name = str(tdtype).removeprefix("torch.") if tdtype is not None else "input dtypes"
     seconds: dict[str, float] = {}
-    early = EarlyCompile()
+    early = EarlyCompile(unrounded="auto")
 
     try:
         with runners.user_rng_preserved():
@@ -132,21 +133,38 @@ def verify(
                                 seconds={**seconds, "total": time.perf_counter() - t_start})
 
     program = rounded = exact = None
+    precision = "f64"
     if emulate:
         t0 = time.perf_counter()
-        program, rounded, exact, status, replay_seconds = replay_outputs(
+        program, rounded, exact, status, replay_seconds, precision = replay_outputs(
             xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None,
-            early=early)
+            early=early, unrounded="auto")
         seconds.update(replay_seconds)
         seconds["replays"] = time.perf_counter() - t0
     else:
         status = "unavailable: emulate=False"
     early.close()
-    outputs = [
-        output_parity(path, x, c, g, tol, rounded[i] if rounded is not None else None,
-                      exact[i] if exact is not None else None)
-        for i, ((path, x), (_, c), (_, g)) in enumerate(zip(xla.outputs, cpu, golden))
-    ]
+
+    def compared(exact: list | None) -> list:
+        return [output_parity(path, x, c, g, tol, rounded[i] if rounded is not None else None,
+                              exact[i] if exact is not None else None)
+                for i, ((path, x), (_, c), (_, g)) in enumerate(zip(xla.outputs, cpu, golden))]
+
+    outputs = compared(exact)
+    if precision == "f32" and any(o.same_math is False for o in outputs):
+        # The unrounded f32 replay leaves the golden: only the exact f64 one may call that a
+        # difference in the program's math.
+        t0 = time.perf_counter()
+        exact, f64_status, f64_seconds = exact_outputs(program, xla, keep_args=explorer_dir is not None)
+        seconds.update(f64_seconds)
+        seconds["replays"] += time.perf_counter() - t0
+        if exact is not None:
+            precision = "f64"
+            outputs = compared(exact)
+        else:
+            status = f64_status
+            rounded = None
+            outputs = compared(None)
     points = program.rounding_points if program is not None else ()
     outputs = with_causes(outputs, narrow=bool(points))
     hlo_math = "unavailable"
@@ -154,10 +172,11 @@ def verify(
         status = "matches" if all(o.emulated.mismatched == 0 for o in outputs) else "differs"
         hlo_math = "same" if all(o.same_math for o in outputs) else "differs"
     verdict = Verdict.PASS if all(o.xla_vs_cpu.passed for o in outputs) else Verdict.FAIL
-    explanation = _explain.explain(verdict, outputs, status, points, dtype_name)
+    explanation = _explain.explain(verdict, outputs, status, points, dtype_name, unrounded=precision)
     report = ParityReport(verdict, explanation, dtype_name, rtol, atol, outputs=tuple(outputs), emulation=status,
                           hlo_math=hlo_math, rounding_points=tuple(points), seconds=seconds,
-                          hlo_text=program.text if program is not None else None)
+                          hlo_text=program.text if program is not None else None,
+                          unrounded_replay=precision if status in ("matches", "differs") else None)
     if localize:
         t0 = time.perf_counter()
         report = localization.attach(report, fn, ref, inputs, kwargs, tdtype, seed)

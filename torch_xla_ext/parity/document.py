@@ -82,7 +82,7 @@ def _parts(report: ParityReport) -> _explain.ExplanationParts | None:
     if not report.outputs or report.verdict not in (Verdict.PASS, Verdict.FAIL):
         return None
     return _explain.explain_parts(report.verdict, report.outputs, report.emulation, report.rounding_points,
-                                  report.dtype)
+                                  report.dtype, unrounded=report.unrounded_replay or "f64")
 
 
 def _outputs(report: ParityReport) -> Section | None:
@@ -111,8 +111,10 @@ def _rounding(report: ParityReport, parts: _explain.ExplanationParts | None) -> 
     emulation = {"matches": "XLA equals the rounded replay of its program bit for bit on every output",
                  "differs": "XLA differs from the rounded replay of its program on some output"}.get(
         report.emulation, f"the replays of XLA's program were {report.emulation}")
-    math_words = {"same": "the exact fp64 replay matches the fp64 golden: the program is the reference's math",
-                  "differs": "the exact fp64 replay leaves the fp64 golden: the program is not the reference's math"}.get(
+    exact = ("the replay without rounding (in f32, far finer than the program's roundings)"
+             if report.unrounded_replay == "f32" else "the exact fp64 replay")
+    math_words = {"same": f"{exact} matches the fp64 golden: the program is the reference's math",
+                  "differs": f"{exact} leaves the fp64 golden: the program is not the reference's math"}.get(
         report.hlo_math, "whether the program is the reference's math is unknown (no replay)")
     paras.append(f"Replays: {emulation}; {math_words}.")
     if parts is not None:

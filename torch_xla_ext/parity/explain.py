@@ -125,15 +125,16 @@ def _scale_words(outputs: Sequence[OutputParity]) -> str:
 
 
 def explain(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str, points: Sequence[RoundingPoint],
-            dtype: str, subject: str | None = None) -> str:
+            dtype: str, subject: str | None = None, unrounded: str = "f64") -> str:
     """The explanation of a PASS or FAIL verdict over ``outputs`` (their causes already set): the
     lead sentence (verdict, cause, what to do; :func:`lead_sentence`), then the evidence for each
     cause and the figures against the fp64 golden.
 
     With ``subject`` (e.g. "the stack's final output"), the first sentence describes that subject
     instead of stating the verdict (a caller whose verdict rests on more than these outputs states
-    it first)."""
-    p = explain_parts(verdict, outputs, emulation, points, dtype, subject)
+    it first). ``unrounded``: the float the exact replay computed in ("f64", or "f32" for a
+    program that rounds to a narrow float)."""
+    p = explain_parts(verdict, outputs, emulation, points, dtype, subject, unrounded)
     return " ".join([p.lead, *p.causes, *p.figures])
 
 
@@ -159,7 +160,8 @@ def _counts(outputs: Sequence[OutputParity]) -> tuple[int, int, int, list[Output
 
 
 def explain_parts(verdict: Verdict, outputs: Sequence[OutputParity], emulation: str,
-                  points: Sequence[RoundingPoint], dtype: str, subject: str | None = None) -> ExplanationParts:
+                  points: Sequence[RoundingPoint], dtype: str, subject: str | None = None,
+                  unrounded: str = "f64") -> ExplanationParts:
     """:func:`explain` in pieces."""
     total, mism, same, failing, tol = _counts(outputs)
     if subject is not None:
@@ -181,6 +183,7 @@ def explain_parts(verdict: Verdict, outputs: Sequence[OutputParity], emulation: 
     for o in differing:
         by_cause.setdefault(o.cause, []).append(o)
     narrow = list(points)
+    exact_replay = _exact_replay_words(unrounded, narrow)
     if ROUNDING_PLACEMENT in by_cause:
         os_ = by_cause[ROUNDING_PLACEMENT]
         n = sum(o.emulated.total for o in os_)
@@ -188,7 +191,7 @@ def explain_parts(verdict: Verdict, outputs: Sequence[OutputParity], emulation: 
             f"Rounding placement explains output(s) {_names(os_)}: {describe_rounding(narrow)}, where CPU eager "
             f"need not round (a fused kernel such as addmm rounds once). XLA matches the rounded replay of its "
             f"program (the same program with every {_narrow_type(narrow)} op computed in f32 and rounded where "
-            f"XLA rounds) bit for bit on {n}/{n} elements, and the exact fp64 replay matches the fp64 golden, so "
+            f"XLA rounds) bit for bit on {n}/{n} elements, and {exact_replay} matches the fp64 golden, so "
             f"XLA computes the reference's math and only rounds in different places; it is not a lowering bug.")
     if REASSOCIATION in by_cause:
         os_ = by_cause[REASSOCIATION]
@@ -197,7 +200,7 @@ def explain_parts(verdict: Verdict, outputs: Sequence[OutputParity], emulation: 
                   if all(o.emulated is not None and o.emulated.mismatched == 0 for o in os_)
                   else f"the rounded replay does not reproduce XLA's evaluation order")
         parts.append(
-            f"Reassociation explains output(s) {_names(os_)}: the exact fp64 replay of the program matches the "
+            f"Reassociation explains output(s) {_names(os_)}: {exact_replay} of the program matches the "
             f"fp64 golden and XLA is as accurate as CPU eager (errors {_fmt(w.xla_error)} vs {_fmt(w.cpu_error)}, "
             f"within {REASSOCIATION_FACTOR:g}x); {replay}, so what differs is the order of evaluation inside ops "
             f"(summation order of dots and reductions, FMA contraction, approximations of transcendentals). "
@@ -340,6 +343,18 @@ def device_caveat(device: str | None = None) -> str:
         return ""
     return (f"XLA ran on {device}: the rounding rules this explanation applies are XLA:CPU's, and its cause "
             f"attribution is not verified on {device}.")
+
+
+def _exact_replay_words(unrounded: str, points: Sequence[RoundingPoint]) -> str:
+    """How the explanation names the replay without rounding."""
+    if unrounded == "f64" or not points:
+        return "the exact fp64 replay"
+    narrow = _narrow_type(points)
+    row = _dtypes.by_mlir(narrow)
+    if row is None:
+        return "the replay without rounding (in f32)"
+    finer = 23 - _dtypes.float_format(row.name)[1]  # f32's mantissa bits over the narrow type's
+    return f"the replay without rounding (in f32, whose rounding is 2^{finer} times finer than {narrow}'s)"
 
 
 def _narrow_type(points: Sequence[RoundingPoint]) -> str:

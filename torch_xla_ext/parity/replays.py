@@ -10,7 +10,10 @@ Two rewrites of the StableHLO module (:mod:`torch_xla_ext.parity.stablehlo`):
   program (same fusion, summation order, FMA contraction and f32 approximations of
   transcendentals). On the zoo this replay is bit-identical to torch_xla's XLA run.
 * **exact**: every float is f64 and nothing rounds: the program's math, to compare with an fp64
-  run of the reference.
+  run of the reference. ``precision="f32"`` computes the narrow floats in f32 instead, still
+  rounding nothing: for a program that rounds to bf16/f16 that is 2^13 (f16) to 2^16 (bf16) times
+  finer than its roundings, so it tells the program's math from its rounding as the f64 one does,
+  at f32's speed and with f32 copies of the weights (see :func:`unrounded_precision`).
 
 Either replay covers every op XLA compiles (gather, convolution, batch-norm, pad, reduce-window,
 select-and-scatter, while loops, calls, ...): XLA executes it, nothing is interpreted here.
@@ -45,7 +48,7 @@ from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayErro
 from torch_xla_ext.parity.runners import GraphArgs, made, release_freed_memory
 from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, first_line, build_graph, functions, parse
 
-__all__ = ["NARROW_FORMATS", "Replay", "replay"]
+__all__ = ["NARROW_FORMATS", "Replay", "replay", "unrounded_precision"]
 
 # (exponent bits, mantissa bits) of each narrow float (cc/parity's IsNarrowFloat says which are).
 NARROW_FORMATS = {_dtypes.by_name(n).mlir: _dtypes.float_format(n) for n in _dtypes.NARROW_FLOATS}
@@ -54,6 +57,17 @@ _IDENTITY_CUSTOM_CALLS = frozenset({"Sharding"})
 _SHARDING_ATTRS = ("mhlo.sharding",)
 _MODULE_SPMD_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas", "mhlo.spmd_output_sharding",
                       "mhlo.spmd_parameters_shardings")
+
+
+def unrounded_precision(program: Program) -> str:
+    """The float the unrounded replay of ``program`` computes in, when only the program's math is
+    asked for: "f32" when the program rounds to a narrow float somewhere (its run's error is then
+    made of roundings 2^13 to 2^16 times coarser than f32's, far above what the comparison with
+    the golden can confuse), "f64" otherwise (an f32 run needs f64 to see its own roundings). At
+    0.9B parameters f32 halves the replay's copies of the weights and XLA:CPU's f64 dots take
+    about 3x its f32 dots. A caller that finds the f32 replay off the golden confirms with f64
+    (verify does), so no verdict rests on f32 alone."""
+    return "f32" if program.rounding_points else "f64"
 
 
 def _numpy_dtype(et: str) -> np.dtype:
@@ -66,11 +80,12 @@ def _numpy_dtype(et: str) -> np.dtype:
 class _Rewriter:
     """Retypes one parsed module in place and inserts the rounding of the rounded replay."""
 
-    def __init__(self, rounded: bool):
+    def __init__(self, rounded: bool, precision: str = "f64"):
         from jax.extend.mlir import ir
 
         self.ir = ir
         self.rounded = rounded
+        self.precision = precision
 
     def target(self, t: Any) -> Any | None:
         """The replay's type for a value of type ``t``, or None when it keeps ``t``."""
@@ -79,10 +94,10 @@ class _Rewriter:
             return None
         rt = ir.RankedTensorType(t)
         et = str(rt.element_type)
-        if self.rounded:
+        if self.rounded or self.precision == "f32":
             new = ir.F32Type.get() if _core.is_narrow_float(et) else None
         else:
-            new = ir.F64Type.get() if et in ("bf16", "f16", "f32") else None
+            new = ir.F64Type.get() if et in _WIDENED_TO_F64 else None
         return None if new is None else ir.RankedTensorType.get(rt.shape, new)
 
     def op(self, name: str, operands: list, result_type: Any, before: Any, attributes: dict | None = None) -> Any:
@@ -114,8 +129,9 @@ class _Rewriter:
                 c = self.convert(a, t, first)
                 a.replace_all_uses_except(c, c.owner)
             else:
-                # The exact replay's main takes f64 arguments (Replay.__call__ widens them, exactly):
-                # widened inside, XLA schedules every weight's f64 copy first and keeps them all live.
+                # The exact replay's main takes widened arguments (Replay.__call__ widens them,
+                # exactly): widened inside, XLA schedules every weight's copy first and keeps them
+                # all live.
                 a.set_type(t)
         erased: set[int] = set()
         for i, op in enumerate(fg.ops):
@@ -219,7 +235,8 @@ def _with_intermediates(module: Any) -> list[tuple[str, int]]:
 class Replay:
     """One compiled replay of a :class:`Program`, callable many times.
 
-    ``rounded=True``: XLA:CPU's compute types with its roundings; ``rounded=False``: exact fp64.
+    ``rounded=True``: XLA:CPU's compute types with its roundings; ``rounded=False``: exact fp64,
+    or with ``precision="f32"`` the narrow floats in f32 without rounding (:func:`unrounded_precision`).
     With ``intermediates``, main also returns every float value it computes at its top level
     (after the program's own results), listed in ``intermediates`` as (HLO instruction name,
     index among main's top-level ops). ``seconds`` holds the
@@ -238,15 +255,19 @@ class Replay:
         [[1.015625, 9.0]]
     """
 
-    def __init__(self, program: Program, *, rounded: bool, intermediates: bool = False):
+    def __init__(self, program: Program, *, rounded: bool, intermediates: bool = False, precision: str = "f64"):
         from jax.extend.mlir import ir
 
         from torch_xla_ext._compat import jax_mlir
 
         if not isinstance(program, Program):
             raise ParityTypeError(f"program: expected a parity Program, got {type(program).__name__}")
+        if precision not in ("f64", "f32"):
+            raise ParityError(f"precision: expected 'f64' or 'f32' (the unrounded replay's float), got {precision!r}")
         self.rounded = rounded
-        self.mode = "rounded" if rounded else "exact"
+        # The float an unrounded replay computes in (rounded: XLA:CPU's own types).
+        self.precision = None if rounded else precision
+        self.mode = "rounded" if rounded else ("exact" if precision == "f64" else "unrounded f32")
         self.seconds: dict[str, float] = {}
         t0 = time.perf_counter()
         ctx, module = parse(program.text, "the program")
@@ -259,7 +280,7 @@ class Replay:
                 raise ReplayError("the module has no function 'main'")
             self.arg_types = [(shape, et) for shape, et in main.value_types[:main.num_args]]
             self.num_results = len(main.returned) - len(self.intermediates)  # the program's own results
-            rewriter = _Rewriter(rounded)
+            rewriter = _Rewriter(rounded, precision)
             for g in graphs:
                 rewriter.function(g)
             for attr in _MODULE_SPMD_ATTRS:
@@ -307,11 +328,12 @@ class Replay:
             arr = np.asarray(made(args[k]))
             if list(arr.shape) != shape or arr.dtype != want:
                 raise ParityError(f"args[{k}]: main's argument {k} is {et}{shape}, got {arr.dtype}{list(arr.shape)}")
-            if not self.rounded and et in ("bf16", "f16", "f32"):
-                arr = _widened(arr)
-                args[k] = None  # made for this call or consumed: only the f64 copy runs
+            if self._widens(et):
+                given_bytes = arr.nbytes
+                arr = _widened(arr, np.float64 if self.precision == "f64" else np.float32)
+                args[k] = None  # made for this call or consumed: only the widened copy runs
                 if consume:
-                    released += arr.nbytes // 4
+                    released += given_bytes
                     if released > _TRIM_EVERY:
                         release_freed_memory()
                         released = 0
@@ -331,16 +353,25 @@ class Replay:
         return out
 
 
+    def _widens(self, et: str) -> bool:
+        """Whether main's argument of element type ``et`` is passed widened (unrounded replays)."""
+        if self.precision == "f64":
+            return et in _WIDENED_TO_F64
+        return self.precision == "f32" and _core.is_narrow_float(et)
+
+
+_WIDENED_TO_F64 = ("bf16", "f16", "f32")
 _TRIM_EVERY = 256 << 20  # bytes of consumed arguments between two returns of freed memory
 _ALIGNMENT = 64  # PJRT's CPU client places a host array this aligned without copying it
 
 
-def _widened(arr: np.ndarray) -> np.ndarray:
-    """``arr`` as float64 (exact from any narrower float), in a 64-byte aligned buffer so the
+def _widened(arr: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+    """``arr`` as ``dtype`` (exact from any narrower float), in a 64-byte aligned buffer so the
     replay reads it in place rather than from a second copy."""
-    raw = np.empty(arr.nbytes // arr.itemsize * 8 + _ALIGNMENT, np.uint8)
+    size = np.dtype(dtype).itemsize
+    raw = np.empty(arr.size * size + _ALIGNMENT, np.uint8)
     offset = (-raw.ctypes.data) % _ALIGNMENT
-    out = raw[offset:offset + arr.size * 8].view(np.float64).reshape(arr.shape)
+    out = raw[offset:offset + arr.size * size].view(dtype).reshape(arr.shape)
     np.copyto(out, arr, casting="safe")
     return out
 

@@ -162,8 +162,10 @@ class ParityReport:
 
     ``emulation`` is "matches" when XLA equals the rounded replay bit for bit on every output,
     "differs" when it does not, or "unavailable: <why>". ``hlo_math`` is "same" when the exact
-    fp64 replay matches the fp64 golden (the program computes the reference's math), "differs",
-    or "unavailable". ``rounding_points`` are the ops where XLA stores a bf16/f16 result; those
+    replay matches the fp64 golden (the program computes the reference's math), "differs",
+    or "unavailable"; ``unrounded_replay`` is the float that replay computed in: "f64", or "f32"
+    for a program that rounds to bf16/f16 and whose f32 replay matched the golden (an f32 replay
+    off the golden is confirmed in f64). ``rounding_points`` are the ops where XLA stores a bf16/f16 result; those
     with ``after`` set round twice in a row. ``modules`` is the per-module localisation (when
     asked for), ``first_divergent_module`` its first module whose own error is beyond rounding.
     ``seconds`` times each stage.
@@ -188,6 +190,7 @@ class ParityReport:
     first_divergent_module: str | None = None
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     hlo_text: str | None = dataclasses.field(default=None, repr=False)
+    unrounded_replay: str | None = None
     # The XLA device the run used (made where the report is made, in the process that ran XLA).
     device: str = dataclasses.field(default_factory=lambda: _device.current())
 
@@ -204,6 +207,7 @@ class ParityReport:
         d = {
             "verdict": self.verdict.value, "device": self.device, "explanation": self.explanation, "dtype": self.dtype,
             "rtol": self.rtol, "atol": self.atol, "emulation": self.emulation, "hlo_math": self.hlo_math,
+            "unrounded_replay": self.unrounded_replay,
             "outputs": [o.to_dict() for o in self.outputs],
             "rounding_points": [dataclasses.asdict(p) for p in self.rounding_points],
             "exception": self.exception, "stage": self.stage,

@@ -160,7 +160,7 @@ def scan_layers(
             explanation=f"EXCEPTION: the per-layer {f.stage} run raised {text.splitlines()[0]}; the layers were "
                         f"not compared.")
     shapes = [(len(layers),) + tuple(t.shape) for t in _float_leaves(scanned[0])]
-    program, rounded, exact, status, _ = replay_outputs(run, len(shapes), shapes)
+    program, rounded, exact, status, _, _ = replay_outputs(run, len(shapes), shapes)
     narrow = bool(program.rounding_points) if program is not None else False
     per_layer = []
     for k, (s, l, c, g) in enumerate(zip(scanned, looped, cpu, golden)):
@@ -180,7 +180,8 @@ def scan_layers(
     first_mismatched = next((l.index for l in per_layer if not l.xla_vs_cpu.passed), None)
     verdict = Verdict.FAIL if (report.verdict == Verdict.FAIL or first is not None) else Verdict.PASS
     final = _explain.explain(report.verdict, report.outputs, report.emulation, report.rounding_points,
-                             report.dtype, subject="the stack's final output")
+                             report.dtype, subject="the stack's final output",
+                             unrounded=report.unrounded_replay or "f64")
     head = _layers_head(verdict, per_layer, first, first_mismatched, report.verdict, status)
     return dataclasses.replace(report, verdict=verdict, explanation=head + " " + final, layers=tuple(per_layer),
                                first_divergent_layer=first, first_mismatched_layer=first_mismatched)
