@@ -90,19 +90,28 @@ def _substitute(tree: Any, path: str, mapping: dict[str, Any], convert: Any) -> 
 
 
 def _flat(leaves: dict[str, Any], limit: float, paths: list[str]) -> Any:
-    """The floating-point tensors at ``paths`` as one float64 vector, clamped to ±limit."""
+    """The floating-point tensors at ``paths`` as one float64 vector, clamped to ±limit: always a
+    fresh tensor (never a view of a leaf), so callers may work on it in place."""
     import torch
 
-    parts = [leaves[p].detach().double().clamp(-limit, limit).reshape(-1) for p in paths]
+    # One copy per tensor (to(copy=True), then clamped in place): the logits of a large
+    # vocabulary are tens of MB in f64, and every comparison makes several such vectors.
+    parts = [leaves[p].detach().to(torch.float64, copy=True).clamp_(-limit, limit).reshape(-1) for p in paths]
+    if len(parts) == 1:
+        return parts[0]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
 def _rms_of(v: Any) -> float:
-    """sqrt(mean(v^2)) without overflow (values may sit at the dtype's extremes)."""
-    m = float(v.abs().max()) if v.numel() else 0.0
+    """sqrt(mean(v^2)) without overflow (values may sit at the dtype's extremes). ``v`` is
+    overwritten (a fresh vector of the caller's: no temporary of its size is made)."""
+    if not v.numel():
+        return 0.0
+    v = v.abs_()  # (|v|/m)^2 == (v/m)^2 bit for bit
+    m = float(v.max())
     if m == 0.0 or not math.isfinite(m):
         return m
-    return m * float((v / m).square().mean().sqrt())
+    return m * float(v.div_(m).square_().mean().sqrt())
 
 
 def _common_paths(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -119,8 +128,10 @@ def rms_error(a: dict[str, Any], b: dict[str, Any], limit: float) -> float:
     if not paths:
         return 0.0
     x, y = _flat(a, limit, paths), _flat(b, limit, paths)
-    d = x - y
-    d[torch.isnan(x) & torch.isnan(y)] = 0.0
+    both_nan = torch.isnan(x) & torch.isnan(y)
+    d = x.sub_(y)  # x is ours (fresh): the difference in place
+    del x, y
+    d[both_nan] = 0.0
     if bool(torch.isnan(d).any()):
         return math.inf
     return _rms_of(d)
@@ -130,7 +141,7 @@ def _rms(outputs: dict[str, Any], limit: float) -> float:
     paths = [p for p, t in outputs.items() if t.is_floating_point() and t.numel()]
     if not paths:
         return 0.0
-    return _rms_of(_flat(outputs, limit, paths).nan_to_num(0.0))
+    return _rms_of(_flat(outputs, limit, paths).nan_to_num_(0.0))
 
 
 def divergence(own: float, cpu_rounding: float, scale: float, eps: float) -> tuple[float, float]:
@@ -203,7 +214,7 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
                                                                  torch.float64),
                                                     runners.move(runners.move(kwargs, "cpu", tdtype), "cpu",
                                                                  torch.float64),
-                                                    stage="fp64 golden", on_call=on_call)
+                                                    stage="fp64 golden", on_call=on_call, keep=False)
     modules = []
     for order, c in enumerate(golden_calls):
         e = found[(c.path, c.call)]
@@ -262,6 +273,7 @@ def attach(report: ParityReport, fn: Any, reference: Any, inputs: tuple, kwargs:
 
     if not isinstance(fn, torch.nn.Module) or not isinstance(reference, torch.nn.Module):
         raise ParityTypeError("localize: per-module localisation needs fn (and the reference) to be nn.Modules")
+    runners.release_freed_memory()  # what verify's runs and replays freed, before the capture's model
     try:
         cap = capture(fn, inputs, kwargs, dtype=dtype, seed=seed)
     except runners.UserFailure as f:  # it ran once already: report it rather than lose the verdict
