@@ -64,6 +64,7 @@ __all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "attach", "compare", "compare_cap
 # (5.12x the floor), above 3.6; in fp32 it is ~3e5x.
 DIVERGENCE_FACTORS = {"narrow": 3.6, "wide": 5.0}  # narrow: bf16/f16 (eps > float32's); wide: fp32, fp64
 FLOOR_ULPS = 1.0
+LARGE_OUTPUT = 1 << 20  # elements of a module call's outputs (8 MB in float64) worth a heap trim
 
 
 def divergence_factor(dtype: Any) -> float:
@@ -300,6 +301,12 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
             if xla is None:
                 raise CaptureError(f"the capture has no call {n} of module {path or '<root>'}: the XLA run and the "
                                    f"reference take different paths through the model")
+            # A call with large outputs (a big vocabulary's logits): its shadows and comparisons
+            # make float64 tensors of that size on top of the golden, so the pages the golden run
+            # freed so far go back to the OS first (a trim only: cheap, but not for every call).
+            large = sum(t.numel() for t in xla.outputs.values()) > LARGE_OUTPUT
+            if large:
+                runners.release_freed_memory(collect=False)
             sa, sk = _substitute((a, k), "", xla.inputs, to64)
             shadow = runners.call(f"fp64 shadow of {path or '<root>'}", module, sa, sk)
             del sa, sk
@@ -313,6 +320,8 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
                 del ca, ck
             shadow_leaves = dict(runners.tensor_leaves(shadow))
             golden_out = dict(runners.tensor_leaves(out))
+            if large:
+                runners.release_freed_memory(collect=False)
             found[(path, n)] = {
                 "own": rms_error(xla.outputs, shadow_leaves, limit),
                 "rounding": rms_error(dict(runners.tensor_leaves(cpu_shadow)), shadow_leaves, limit),
