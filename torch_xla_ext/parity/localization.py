@@ -112,7 +112,7 @@ def _flat_read(leaves: dict[str, Any], limit: float, paths: list[str]) -> Any:
     if len(paths) == 1:
         t = leaves[paths[0]].detach()
         if t.dtype == torch.float64 and t.is_contiguous():
-            lo, hi = torch.aminmax(t) if t.numel() else (t.new_zeros(()), t.new_zeros(()))
+            lo, hi = torch.aminmax(t)  # paths hold no empty tensor (_common_paths)
             if float(lo) >= -limit and float(hi) <= limit:  # False for NaN: then clamped as a copy
                 return t.reshape(-1)
     return _flat(leaves, limit, paths)
