@@ -84,11 +84,13 @@ def _module_path_depth(path: str) -> int:
 
 
 def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA capture",
-                 on_call: Callable[..., None] | None = None) -> tuple[list[ModuleCall], Any]:
+                 on_call: Callable[..., None] | None = None, keep: bool = True) -> tuple[list[ModuleCall], Any]:
     """Runs ``model(*args, **kwargs)`` with hooks on every submodule; returns its calls (inputs
     cloned before the call runs, outputs when it returns) and the output. ``on_call(module, path,
     call, args, kwargs, output, inputs)`` runs when a call returns, with recording switched off
-    (for shadow runs); ``inputs`` are the tensors it received, by path.
+    (for shadow runs); ``inputs`` are the tensors it received, by path. With ``keep=False`` the
+    calls come back without tensors (path, call, depth only): each call's clones are dropped once
+    ``on_call`` has read them, so a run compared as it goes never holds every module's activations.
     What the model raises becomes a ``runners.UserFailure`` at ``stage``."""
     import torch
 
@@ -119,10 +121,10 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
             if not state["recording"]:
                 return
             inputs = pending[path].pop()
-            outputs = clone_leaves(out, path)
             n = counts.get(path, 0)
             counts[path] = n + 1
-            calls.append(ModuleCall(path, n, _module_path_depth(path), inputs, outputs))
+            calls.append(ModuleCall(path, n, _module_path_depth(path), inputs if keep else {},
+                                    clone_leaves(out, path) if keep else {}))
             if on_call is not None:
                 state["recording"] = False
                 try:
@@ -171,10 +173,13 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
         m = runners.prepare(model, device, tdtype)
         calls, out = record_calls(m, runners.move(inputs, device, tdtype), runners.move(kwargs, device, tdtype))
         torch_xla.sync()  # one execution for every captured tensor
+    del m
     for c in calls:
         c.inputs = {p: t.cpu() for p, t in c.inputs.items()}
         c.outputs = {p: t.cpu() for p, t in c.outputs.items()}
     outputs = {p: t.detach().cpu() for p, t in runners.float_leaves(out, "model")}
+    del out
+    runners.release_freed_memory()  # the device model and buffers, before the caller's next stage
     info = {"torch_xla": torch_xla.__version__, "model": type(model).__name__}
     return Capture(calls, outputs, str(tdtype).removeprefix("torch.") if tdtype else "input dtypes",
                    str(device), info)

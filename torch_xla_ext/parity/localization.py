@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -63,6 +64,7 @@ __all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "attach", "compare", "compare_cap
 # (5.12x the floor), above 3.6; in fp32 it is ~3e5x.
 DIVERGENCE_FACTORS = {"narrow": 3.6, "wide": 5.0}  # narrow: bf16/f16 (eps > float32's); wide: fp32, fp64
 FLOOR_ULPS = 1.0
+LARGE_OUTPUT = 1 << 20  # elements of a module call's outputs (8 MB in float64) worth a heap trim
 
 
 def divergence_factor(dtype: Any) -> float:
@@ -90,19 +92,42 @@ def _substitute(tree: Any, path: str, mapping: dict[str, Any], convert: Any) -> 
 
 
 def _flat(leaves: dict[str, Any], limit: float, paths: list[str]) -> Any:
-    """The floating-point tensors at ``paths`` as one float64 vector, clamped to ±limit."""
+    """The floating-point tensors at ``paths`` as one float64 vector, clamped to ±limit: always a
+    fresh tensor (never a view of a leaf), so callers may work on it in place."""
     import torch
 
-    parts = [leaves[p].detach().double().clamp(-limit, limit).reshape(-1) for p in paths]
+    # One copy per tensor (to(copy=True), then clamped in place): the logits of a large
+    # vocabulary are tens of MB in f64, and every comparison makes several such vectors.
+    parts = [leaves[p].detach().to(torch.float64, copy=True).clamp_(-limit, limit).reshape(-1) for p in paths]
+    if len(parts) == 1:
+        return parts[0]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
+def _flat_read(leaves: dict[str, Any], limit: float, paths: list[str]) -> Any:
+    """:func:`_flat` for reading only: one float64 tensor already within ±limit (a module's fp64
+    output) is returned as a view, not copied; clamping would not change a value of it."""
+    import torch
+
+    if len(paths) == 1:
+        t = leaves[paths[0]].detach()
+        if t.dtype == torch.float64 and t.is_contiguous():
+            lo, hi = torch.aminmax(t)  # paths hold no empty tensor (_common_paths)
+            if float(lo) >= -limit and float(hi) <= limit:  # False for NaN: then clamped as a copy
+                return t.reshape(-1)
+    return _flat(leaves, limit, paths)
+
+
 def _rms_of(v: Any) -> float:
-    """sqrt(mean(v^2)) without overflow (values may sit at the dtype's extremes)."""
-    m = float(v.abs().max()) if v.numel() else 0.0
+    """sqrt(mean(v^2)) without overflow (values may sit at the dtype's extremes). ``v`` is
+    overwritten (a fresh vector of the caller's: no temporary of its size is made)."""
+    if not v.numel():
+        return 0.0
+    v = v.abs_()  # (|v|/m)^2 == (v/m)^2 bit for bit
+    m = float(v.max())
     if m == 0.0 or not math.isfinite(m):
         return m
-    return m * float((v / m).square().mean().sqrt())
+    return m * float(v.div_(m).square_().mean().sqrt())
 
 
 def _common_paths(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -118,9 +143,11 @@ def rms_error(a: dict[str, Any], b: dict[str, Any], limit: float) -> float:
     paths = _common_paths(a, b)
     if not paths:
         return 0.0
-    x, y = _flat(a, limit, paths), _flat(b, limit, paths)
-    d = x - y
-    d[torch.isnan(x) & torch.isnan(y)] = 0.0
+    x, y = _flat(a, limit, paths), _flat_read(b, limit, paths)
+    both_nan = torch.isnan(x) & torch.isnan(y)
+    d = x.sub_(y)  # x is ours (fresh): the difference in place
+    del x, y
+    d[both_nan] = 0.0
     if bool(torch.isnan(d).any()):
         return math.inf
     return _rms_of(d)
@@ -130,7 +157,7 @@ def _rms(outputs: dict[str, Any], limit: float) -> float:
     paths = [p for p, t in outputs.items() if t.is_floating_point() and t.numel()]
     if not paths:
         return 0.0
-    return _rms_of(_flat(outputs, limit, paths).nan_to_num(0.0))
+    return _rms_of(_flat(outputs, limit, paths).nan_to_num_(0.0))
 
 
 def divergence(own: float, cpu_rounding: float, scale: float, eps: float) -> tuple[float, float]:
@@ -143,12 +170,109 @@ def divergence(own: float, cpu_rounding: float, scale: float, eps: float) -> tup
     return level, (own / level if level > 0 else math.inf)
 
 
+class _GoldenWeights:
+    """The fp64 golden's copy of the reference, whose modules also run as the CPU shadow in the
+    run's dtype. For that, each floating parameter and buffer of the module is cast again from the
+    user's tensor exactly as ``runners.prepare`` casts it for a CPU eager run, and written into the
+    golden tensor's own memory (a narrower dtype fits in a float64's bytes); afterwards the golden's
+    values are cast again into it (through the run's dtype, as ``prepare`` made them). So no second
+    copy of the model stays beside the golden (at real sizes that copy was W/2 of the
+    localisation's peak), and nothing is allocated and freed per call that could fragment the heap."""
+
+    def __init__(self, reference: Any, dtype: Any):
+        import torch
+
+        made: list = []
+        self.model = runners.prepare(reference, "cpu", torch.float64, via=dtype, made=made)
+        origin = {id(c): o for c, o in made}
+        self._dtype = dtype
+        self._params = {id(c): o for c, o in made if isinstance(c, torch.nn.Parameter) and _castable(o)}
+        self._buffers = {(id(m), name): origin[id(b)] for m in self.model.modules() for name, b in m._buffers.items()
+                         if b is not None and id(b) in origin and _castable(origin[id(b)])}
+
+    def _tensors(self, module: Any) -> list[tuple[Any, list, Any]]:
+        """(golden tensor, where it is registered, the user's tensor) for the floating weights of
+        ``module``: a Parameter (tied ones once) or a buffer with its (module, name) owners."""
+        out = [(p, [], self._params[id(p)]) for p in module.parameters() if id(p) in self._params]
+        owners: dict[int, tuple[Any, list, Any]] = {}  # a buffer registered in several modules stays one
+        for m in module.modules():
+            for name, b in m._buffers.items():
+                if b is not None and (id(m), name) in self._buffers:
+                    owners.setdefault(id(b), (b, [], self._buffers[(id(m), name)]))[1].append((m, name))
+        return out + list(owners.values())
+
+    @staticmethod
+    def _place(t: Any, places: list, value: Any) -> None:
+        if places:
+            for m, name in places:
+                m._buffers[name] = value
+        else:
+            t.data = value
+
+    def _inside(self, golden: Any, original: Any) -> bool:
+        """Whether the run dtype's copy of ``original`` is written into ``golden``'s memory: a
+        cast (a dtype is given), a float64 golden of its own (not the user's memory, as in a float64
+        model's dtype-less run), contiguous, from a real CPU tensor."""
+        import torch
+
+        return (self._dtype is not None and golden.dtype == torch.float64 and golden.is_contiguous()
+                and golden.numel() > 0 and original.is_contiguous() and original.device.type == "cpu"
+                and original.is_floating_point() and not _same_memory(golden, original))
+
+    @contextlib.contextmanager
+    def in_run_dtype(self, module: Any):
+        """``module`` (of :attr:`model`) with its weights in the run's dtype for the block."""
+        import torch
+
+        swapped = []
+        try:
+            for t, places, original in self._tensors(module):
+                golden = t.data if not places else t
+                inside = self._inside(golden, original)
+                if inside:  # the run dtype's bytes at the start of the golden's own
+                    raw = golden.view(-1).view(torch.uint8)[:golden.numel() * self._dtype.itemsize]
+                    value = raw.view(self._dtype).view(original.shape)
+                    _copy_chunked(value, original, None)  # copy_ casts as Tensor.to does
+                else:
+                    value = runners.cast_on_cpu(original, self._dtype)
+                swapped.append((t, places, original, golden, inside))
+                self._place(t, places, value)
+                del value
+            yield
+        finally:
+            for t, places, original, golden, inside in swapped:
+                if inside:  # what prepare made: the user's tensor through the run's dtype, in float64
+                    _copy_chunked(golden, original, self._dtype)
+                self._place(t, places, golden)
+
+
+def _copy_chunked(dst: Any, src: Any, via: Any, chunk: int = 1 << 22) -> None:
+    """``dst.copy_(src.to(via))`` (``via`` None: ``dst.copy_(src)``) a few million elements at a
+    time: element by element the same casts, without a temporary the size of the tensor."""
+    d, s = dst.view(-1), src.detach().view(-1)
+    for i in range(0, d.numel(), chunk):
+        part = s[i:i + chunk]
+        d[i:i + chunk].copy_(part.to(via) if via is not None else part)
+
+
+def _same_memory(a: Any, b: Any) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _castable(t: Any) -> bool:
+    """What ``runners.cast_on_cpu`` casts (others are shared with the user's model as they are)."""
+    return t.is_floating_point() or t.is_complex()
+
+
 def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None = None, *, rtol: float | None = None,
-            atol: float | None = None, seed: int = 0, report: ParityReport | None = None) -> ParityReport:
+            atol: float | None = None, seed: int = 0, report: ParityReport | None = None,
+            consume: bool = False) -> ParityReport:
     """Per-module comparison of a capture with CPU runs of ``reference``.
 
     Without ``report``, returns a report whose verdict compares the capture's final outputs with
     CPU eager (no replays: a capture holds no program); with it, adds the modules to ``report``.
+    With ``consume``, each module call's tensors are dropped from ``cap`` once compared (``cap``
+    keeps only its final outputs): for a capture made only for this comparison.
     """
     import torch
 
@@ -168,9 +292,7 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
 
     with runners.user_rng_preserved():
         torch.manual_seed(seed)
-        cpu_model = runners.prepare(reference, "cpu", tdtype)
-        cpu_modules = dict(cpu_model.named_modules())
-        golden_model = runners.prepare(reference, "cpu", torch.float64, via=tdtype)
+        golden = _GoldenWeights(reference, tdtype)
         to64 = lambda t: t.detach().to(torch.float64).clone() if t.is_floating_point() else t.clone()  # noqa: E731
         as_run = lambda t: t.detach().clone()  # noqa: E731
 
@@ -179,15 +301,27 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
             if xla is None:
                 raise CaptureError(f"the capture has no call {n} of module {path or '<root>'}: the XLA run and the "
                                    f"reference take different paths through the model")
+            # A call with large outputs (a big vocabulary's logits): its shadows and comparisons
+            # make float64 tensors of that size on top of the golden, so the pages the golden run
+            # freed so far go back to the OS first (a trim only: cheap, but not for every call).
+            large = sum(t.numel() for t in xla.outputs.values()) > LARGE_OUTPUT
+            if large:
+                runners.release_freed_memory(collect=False)
             sa, sk = _substitute((a, k), "", xla.inputs, to64)
             shadow = runners.call(f"fp64 shadow of {path or '<root>'}", module, sa, sk)
+            del sa, sk
             with runners.narrowing():  # the CPU shadow runs in the run's dtype, as written
                 ca, ck = _substitute((a, k), "", xla.inputs, as_run)
                 if tdtype is not None:
                     ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
-                cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", cpu_modules[path], ca, ck)
+                # The golden's own module, its weights in the run's dtype for this call.
+                with golden.in_run_dtype(module):
+                    cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", module, ca, ck)
+                del ca, ck
             shadow_leaves = dict(runners.tensor_leaves(shadow))
             golden_out = dict(runners.tensor_leaves(out))
+            if large:
+                runners.release_freed_memory(collect=False)
             found[(path, n)] = {
                 "own": rms_error(xla.outputs, shadow_leaves, limit),
                 "rounding": rms_error(dict(runners.tensor_leaves(cpu_shadow)), shadow_leaves, limit),
@@ -195,15 +329,18 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
                 "inherited": rms_error(xla.inputs, golden_in, limit),
                 "scale": _rms(shadow_leaves, limit),
             }
+            if consume:  # compared: this call's XLA tensors are not read again
+                xla.inputs, xla.outputs = {}, {}
 
         torch.manual_seed(seed)
         with runners.default_dtype(torch.float64):
-            golden_calls, golden_out = record_calls(golden_model,
+            golden_calls, golden_out = record_calls(golden.model,
                                                     runners.move(runners.move(inputs, "cpu", tdtype), "cpu",
                                                                  torch.float64),
                                                     runners.move(runners.move(kwargs, "cpu", tdtype), "cpu",
                                                                  torch.float64),
-                                                    stage="fp64 golden", on_call=on_call)
+                                                    stage="fp64 golden", on_call=on_call, keep=False)
+        del golden
     modules = []
     for order, c in enumerate(golden_calls):
         e = found[(c.path, c.call)]
@@ -262,12 +399,14 @@ def attach(report: ParityReport, fn: Any, reference: Any, inputs: tuple, kwargs:
 
     if not isinstance(fn, torch.nn.Module) or not isinstance(reference, torch.nn.Module):
         raise ParityTypeError("localize: per-module localisation needs fn (and the reference) to be nn.Modules")
+    runners.release_freed_memory()  # what verify's runs and replays freed, before the capture's model
     try:
         cap = capture(fn, inputs, kwargs, dtype=dtype, seed=seed)
     except runners.UserFailure as f:  # it ran once already: report it rather than lose the verdict
         return dataclasses.replace(report, explanation=report.explanation + f" The per-module capture failed "
                                    f"({f}); no localisation.")
-    return compare(cap, reference, inputs, kwargs, rtol=report.rtol, atol=report.atol, seed=seed, report=report)
+    return compare(cap, reference, inputs, kwargs, rtol=report.rtol, atol=report.atol, seed=seed, report=report,
+                   consume=True)
 
 
 def plot_modules(report: ParityReport, path: str) -> str | None:

@@ -399,14 +399,16 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
 _LIBC_TRIM: Any = None
 
 
-def release_freed_memory() -> None:
+def release_freed_memory(collect: bool = True) -> None:
     """Collects garbage and hands freed heap pages back to the OS (glibc's ``malloc_trim``; a
     no-op elsewhere). Weights freed in pieces smaller than glibc's mmap threshold otherwise stay in
-    the process's heap, and the next stage's buffers come on top of them."""
+    the process's heap, and the next stage's buffers come on top of them. ``collect=False``: only
+    the trim (cheap enough to run often; what was freed by reference counting)."""
     global _LIBC_TRIM
     import gc
 
-    gc.collect()
+    if collect:
+        gc.collect()
     if _LIBC_TRIM is None:
         try:
             import ctypes

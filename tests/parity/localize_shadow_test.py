@@ -1,0 +1,115 @@
+"""Localisation's CPU shadow runs each module with its weights cast to the run's dtype inside the
+fp64 golden's own memory (no second copy of the model; docs/scale.md, "Where localize's memory
+goes"). The figures it reads must still be those of CPU eager on the module's own inputs, the
+golden must get its fp64 weights back after every call, and the user's model (tied weights, a
+buffer registered in two modules, a non-contiguous weight) must come back untouched.
+
+Oracles: torch's own ``F.linear`` / ``F.layer_norm`` run here in the run's dtype and in float64 on
+the inputs the XLA run gave each module (read from the capture), and a copy of the user's state.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torch_xla_ext import parity
+
+
+class Tied(torch.nn.Module):
+    """Two linears sharing one non-contiguous weight, a layer norm, a buffer registered in the
+    root and in the norm, used by the root's own forward."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm(16)
+        self.b = torch.nn.Linear(16, 16)
+        self.a.weight = torch.nn.Parameter(torch.randn(16, 16).t() / 4)
+        self.b.weight = self.a.weight
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+        self.register_buffer("shift", torch.randn(16))
+        self.norm.register_buffer("shift", self.shift)
+
+    def forward(self, x):
+        return self.b(self.norm(torch.relu(self.a(x))) + self.shift)
+
+
+def _rms(d):
+    return math.sqrt(float(d.double().square().mean()))
+
+
+def _state(model):
+    return {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_cpu_shadow_reads_cpu_eager_in_the_run_dtype_and_the_golden_gets_fp64_back(dtype):
+    model = Tied().eval()
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    before = _state(model)
+    td = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    cap = parity.capture(model, (x,), dtype=dtype)
+    report = parity.compare_capture(cap, model, (x,))
+    calls = {c.path: c for c in cap.calls}
+    rows = {m.path: m for m in report.modules}
+
+    def weights(*names):  # as a CPU eager run in dtype, and the golden (through dtype, in fp64)
+        run = [getattr(getattr(model, m), t).detach().to(td) for m, t in names]
+        return run, [w.double() for w in run]
+
+    checked = 0
+    for path, fn, names in (("a", F.linear, [("a", "weight"), ("a", "bias")]),
+                            ("b", F.linear, [("b", "weight"), ("b", "bias")]),
+                            ("norm", lambda h, w, b: F.layer_norm(h, (16,), w, b), [("norm", "weight"),
+                                                                                   ("norm", "bias")])):
+        xin = calls[path].inputs["[0][0]"]  # what XLA gave the module, in dtype
+        run, gold = weights(*names)
+        cpu = fn(xin.to(td), *run)
+        exact = fn(xin.double(), *gold)
+        xla_out = calls[path].outputs[""]
+        # rounding: CPU eager in dtype vs fp64; own: XLA vs fp64 (after earlier calls restored the golden)
+        assert rows[path].cpu_rounding == pytest.approx(_rms(cpu.double() - exact), rel=1e-9, abs=0)
+        assert rows[path].own_error == pytest.approx(_rms(xla_out.double() - exact), rel=1e-9, abs=0)
+        checked += 1
+    assert checked == 3
+    # the root re-runs every module: its fp64 shadow reads the golden after all three calls put
+    # their weights back, its CPU shadow every weight (and the shared buffer) in dtype
+    def whole(h, w):
+        h = F.linear(h, w["a.weight"], w["a.bias"])
+        h = F.layer_norm(torch.relu(h), (16,), w["norm.weight"], w["norm.bias"]) + w["shift"]
+        return F.linear(h, w["b.weight"], w["b.bias"])
+
+    run = {k: v.to(td) for k, v in before.items()}
+    xin = calls[""].inputs["[0][0]"]
+    exact = whole(xin.double(), {k: v.double() for k, v in run.items()})
+    assert rows[""].cpu_rounding == pytest.approx(_rms(whole(xin.to(td), run).double() - exact), rel=1e-9, abs=0)
+    assert rows[""].own_error == pytest.approx(_rms(calls[""].outputs[""].double() - exact), rel=1e-9, abs=0)
+    if dtype != "fp32":  # a shadow run in fp64 weights would round far less than one unit of dtype
+        eps = torch.finfo(td).eps
+        assert rows["b"].cpu_rounding > eps / 64 * _rms(calls["b"].outputs[""].double())
+    # compare_capture keeps the caller's capture whole; the user's model is untouched
+    assert all(c.inputs and c.outputs for c in cap.calls)
+    after = _state(model)
+    assert after.keys() == before.keys()
+    for k in before:
+        assert after[k].dtype == before[k].dtype and torch.equal(after[k], before[k]), k
+    assert model.b.weight is model.a.weight and model.norm.shift is model.shift
+    assert not model.a.weight.is_contiguous()
+
+
+def test_verify_localize_leaves_the_model_as_it_was():
+    model = Tied().eval()
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(2))
+    before = _state(model)
+    r = parity.verify(model, (x,), dtype="bf16", localize=True)
+    assert [m.path for m in r.modules] == ["a", "norm", "b", ""]
+    assert r.first_divergent_module is None  # nothing planted: rounding explains every module
+    after = _state(model)
+    for k in before:
+        assert after[k].dtype == before[k].dtype and torch.equal(after[k], before[k]), k
+    assert model.b.weight is model.a.weight and model.norm.shift is model.shift
