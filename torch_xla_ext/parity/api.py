@@ -178,6 +178,13 @@ def verify(
                           hlo_text=program.text if program is not None else None,
                           unrounded_replay=precision if status in ("matches", "differs") else None)
     if localize:
+        # What only the comparison above needed goes before the localisation's f64 model comes:
+        # the runs' outputs, the replays' outputs, the XLA run's arguments and program.
+        del cpu2
+        cpu = golden = rounded = exact = None
+        if explorer_dir is None:
+            xla.graph_args = xla.proto = program = None
+            xla.outputs = []
         t0 = time.perf_counter()
         report = localization.attach(report, fn, ref, inputs, kwargs, tdtype, seed)
         seconds.update(report.seconds)
