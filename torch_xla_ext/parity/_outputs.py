@@ -159,7 +159,8 @@ def replay_outputs(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[i
     return Replayed(program, rounded, exact, "ok", seconds, precision)
 
 
-def exact_outputs(program: Program, run: runners.XlaRun, keep_args: bool = True) -> tuple[list | None, str, dict[str, float]]:
+def exact_outputs(program: Program, run: runners.XlaRun,
+                  keep_args: bool = True) -> tuple[list | None, str, dict[str, float]]:
     """(outputs, status, seconds) of the exact f64 replay of ``program`` on the run's arguments:
     the confirmation verify asks for when the unrounded f32 replay leaves the golden."""
     seconds: dict[str, float] = {}

@@ -186,9 +186,9 @@ class _GoldenWeights:
         self.model = runners.prepare(reference, "cpu", torch.float64, via=dtype, made=made)
         origin = {id(c): o for c, o in made}
         self._dtype = dtype
-        self._params = {id(c): o for c, o in made if isinstance(c, torch.nn.Parameter) and _castable(o)}
+        self._params = {id(c): o for c, o in made if isinstance(c, torch.nn.Parameter) and runners.is_cast(o)}
         self._buffers = {(id(m), name): origin[id(b)] for m in self.model.modules() for name, b in m._buffers.items()
-                         if b is not None and id(b) in origin and _castable(origin[id(b)])}
+                         if b is not None and id(b) in origin and runners.is_cast(origin[id(b)])}
 
     def _tensors(self, module: Any) -> list[tuple[Any, list, Any]]:
         """(golden tensor, where it is registered, the user's tensor) for the floating weights of
@@ -257,11 +257,6 @@ def _copy_chunked(dst: Any, src: Any, via: Any, chunk: int = 1 << 22) -> None:
 
 def _same_memory(a: Any, b: Any) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _castable(t: Any) -> bool:
-    """What ``runners.cast_on_cpu`` casts (others are shared with the user's model as they are)."""
-    return t.is_floating_point() or t.is_complex()
 
 
 def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None = None, *, rtol: float | None = None,

@@ -86,6 +86,8 @@ class _Rewriter:
         self.ir = ir
         self.rounded = rounded
         self.precision = precision
+        # Narrow floats computed in f32 (the rounded and the f32 replays), main's arguments widened
+        # inside; otherwise every float in f64, main taking f64 arguments.
         self.widens_inside = rounded or precision == "f32"
 
     def target(self, t: Any) -> Any | None:
@@ -95,7 +97,7 @@ class _Rewriter:
             return None
         rt = ir.RankedTensorType(t)
         et = str(rt.element_type)
-        if self.rounded or self.precision == "f32":
+        if self.widens_inside:
             new = ir.F32Type.get() if _core.is_narrow_float(et) else None
         else:
             new = ir.F64Type.get() if et in _WIDENED_TO_F64 else None

@@ -19,8 +19,8 @@ import numpy as np
 from torch_xla_ext import _dtypes
 from torch_xla_ext.parity.errors import HloCaptureError, ParityError, ParityTypeError
 
-__all__ = ["GraphArgs", "UserFailure", "XlaRun", "call", "float_leaves", "move", "prepare", "run_cpu", "run_xla", "torch_dtype",
-           "to_numpy", "user_rng_preserved"]
+__all__ = ["GraphArgs", "UserFailure", "XlaRun", "call", "float_leaves", "is_cast", "move", "prepare", "run_cpu",
+           "run_xla", "torch_dtype", "to_numpy", "user_rng_preserved"]
 
 def torch_dtype(dtype: Any, what: str = "dtype"):
     """A torch floating dtype from "bf16"/"fp32"/... or a torch.dtype; None stays None."""
@@ -95,11 +95,17 @@ def prepare(fn: Any, device: Any, dtype: Any, *, via: Any = None, made: list | N
     return copy.deepcopy(fn, memo)
 
 
+def is_cast(t: Any) -> bool:
+    """Whether :func:`cast_on_cpu` casts ``t`` (what Module.to(dtype) casts); other tensors are
+    copied as they are."""
+    return t.is_floating_point() or t.is_complex()
+
+
 def cast_on_cpu(t: Any, dtype: Any, via: Any = None) -> Any:
-    """``t`` on the CPU, cast to ``via`` and then ``dtype`` when floating (what Module.to(dtype)
-    casts); :func:`prepare` moves this to the device."""
+    """``t`` on the CPU, cast to ``via`` and then ``dtype`` when :func:`is_cast`; :func:`prepare`
+    moves this to the device."""
     t = t.detach().to("cpu")
-    if t.is_floating_point() or t.is_complex():
+    if is_cast(t):
         for d in (via, dtype):
             if d is not None:
                 t = t.to(d)
