@@ -8,7 +8,7 @@ from typing import Any
 
 from torch_xla_ext import numerics
 from torch_xla_ext.parity import explain as _explain
-from torch_xla_ext.parity import localization, runners
+from torch_xla_ext.parity import capturing, localization, runners
 from torch_xla_ext.parity._checks import check_inputs, tolerances
 from torch_xla_ext.parity._outputs import (EarlyCompile, exact_outputs, golden_errors, output_parity, replay_outputs,
                                            with_causes)
@@ -72,31 +72,38 @@ def verify(
     tdtype = runners.torch_dtype(dtype)
     ref = fn if reference is None else reference
     dtype_name = str(tdtype).removeprefix("torch.") if tdtype is not None else "input dtypes"
+    if localize and not (isinstance(fn, torch.nn.Module) and isinstance(ref, torch.nn.Module)):
+        raise ParityTypeError("localize: per-module localisation needs fn (and the reference) to be nn.Modules")
     seconds: dict[str, float] = {}
     early = EarlyCompile(unrounded="auto")
+    # With localize, the XLA run is also the localisation's capture (capturing.Recorder): every
+    # module call's tensors come out of the same execution; the replays get the outputs' program.
+    recorder = capturing.Recorder() if localize else None
 
     try:
         with runners.user_rng_preserved():
+            # Each CPU run's model copy is freed by reference counting when the run returns (no
+            # cycle holds it: a collection there found nothing), so a trim returns its pages.
             cpu, seconds["cpu"] = runners.run_cpu(ref, inputs, kwargs, tdtype, seed)
-            runners.release_freed_memory()  # each run's model copy, before the next one
+            runners.release_freed_memory(collect=False)
             cpu2, _ = runners.run_cpu(ref, inputs, kwargs, tdtype, seed, stage="second CPU eager")
-            runners.release_freed_memory()
+            runners.release_freed_memory(collect=False)
             # The golden starts from the inputs both sides received (rounded to dtype), so its
-            # error measures each side's arithmetic, not the shared input quantisation.
-            golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
-                                                        stage="fp64 golden")
-            runners.release_freed_memory()
+            # error measures each side's arithmetic, not the shared input quantisation. With
+            # localize, the localisation's golden run (after the XLA run) is the golden.
+            golden = None
+            if not localize:
+                golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
+                                                            stage="fp64 golden")
+                runners.release_freed_memory(collect=False)
             xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None,
-                                  on_program=early.start if emulate else None)
+                                  on_program=early.start if emulate else None, run=recorder or runners.call)
             runners.release_freed_memory()
             seconds["xla"] = xla.seconds
     except runners.UserFailure as f:
         early.close()
-        text = f"{type(f.error).__name__}: {f.error}"
-        explanation = (f"EXCEPTION: the {f.stage} run raised {text.splitlines()[0]}; nothing was compared. Fix the "
-                       f"exception (report.exception has it) and rerun.")
-        return ParityReport(Verdict.EXCEPTION, explanation, dtype_name, rtol, atol, exception=text, stage=f.stage,
-                            seconds={"total": time.perf_counter() - t_start})
+        return _exception_report(f, dtype_name, rtol, atol, t_start)
+    cap = recorder.capture(xla.outputs, tdtype) if recorder is not None else None
     paths = [p for p, _ in xla.outputs]
     if paths != [p for p, _ in cpu]:
         early.close()
@@ -132,6 +139,7 @@ def verify(
                                 nondeterminism=(path, r), stage="CPU eager",
                                 seconds={**seconds, "total": time.perf_counter() - t_start})
 
+    del cpu2
     program = rounded = exact = None
     precision = "f64"
     if emulate:
@@ -144,6 +152,22 @@ def verify(
     else:
         status = "unavailable: emulate=False"
     early.close()
+
+    found = None
+    if localize:
+        runners.release_freed_memory()  # what the replays freed, before the golden's f64 model comes
+        try:
+            found = localization.module_pass(cap, ref, inputs, kwargs, seed, consume=True)
+            golden = found.golden
+            seconds["compare modules"] = found.seconds
+        except runners.UserFailure as f:
+            if f.stage == "fp64 golden":
+                return _exception_report(f, dtype_name, rtol, atol, t_start)
+            with runners.user_rng_preserved():  # a shadow failed: the golden alone, no localisation
+                golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
+                                                            stage="fp64 golden")
+            localize_failure = f" The per-module localisation failed ({f}); no localisation."
+        del cap
 
     def compared(exact: list | None) -> list:
         return [output_parity(path, x, c, g, tol, rounded[i] if rounded is not None else None,
@@ -177,18 +201,10 @@ def verify(
                           hlo_math=hlo_math, rounding_points=tuple(points), seconds=seconds,
                           hlo_text=program.text if program is not None else None,
                           unrounded_replay=precision if status in ("matches", "differs") else None)
-    if localize:
-        # What only the comparison above needed goes before the localisation's f64 model comes:
-        # the runs' outputs, the replays' outputs, the XLA run's arguments and program.
-        del cpu2
-        cpu = golden = rounded = exact = None
-        if explorer_dir is None:
-            xla.graph_args = xla.proto = program = None
-            xla.outputs = []
-        t0 = time.perf_counter()
-        report = localization.attach(report, fn, ref, inputs, kwargs, tdtype, seed)
-        seconds.update(report.seconds)
-        seconds["localize"] = time.perf_counter() - t0
+    if found is not None:
+        report = localization.with_modules(report, found)
+    elif localize:
+        report = dataclasses.replace(report, explanation=report.explanation + localize_failure)
     if explorer_dir is not None:
         from torch_xla_ext.parity import explorer as _explorer
 
@@ -201,6 +217,16 @@ def verify(
         seconds["model explorer"] = time.perf_counter() - t0
     seconds["total"] = time.perf_counter() - t_start
     return dataclasses.replace(report, seconds=seconds)
+
+
+def _exception_report(f: runners.UserFailure, dtype_name: str, rtol: float | None, atol: float | None,
+                      t_start: float) -> ParityReport:
+    """The EXCEPTION verdict: the user's function (or reference) raised on a backend."""
+    text = f"{type(f.error).__name__}: {f.error}"
+    explanation = (f"EXCEPTION: the {f.stage} run raised {text.splitlines()[0]}; nothing was compared. Fix the "
+                   f"exception (report.exception has it) and rerun.")
+    return ParityReport(Verdict.EXCEPTION, explanation, dtype_name, rtol, atol, exception=text, stage=f.stage,
+                        seconds={"total": time.perf_counter() - t_start})
 
 
 def assert_parity(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: Any) -> ParityReport:

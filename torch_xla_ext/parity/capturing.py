@@ -25,14 +25,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import weakref
 from typing import Any, Callable, Literal
 
 from torch_xla_ext import _json
 from torch_xla_ext.parity import runners
 from torch_xla_ext.parity._checks import check_inputs
-from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityTypeError
+from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityError, ParityTypeError
 
-__all__ = ["Capture", "ModuleCall", "capture", "load_capture", "record_calls"]
+__all__ = ["Capture", "ModuleCall", "Recorder", "capture", "load_capture", "record_calls"]
 
 FORMAT = "torch_xla_ext.parity.capture/1"
 
@@ -64,14 +65,25 @@ class Capture:
         from safetensors.torch import save_file
 
         tensors, calls = {}, []
+        stored: set[int] = set()
+
+        def entry(t: Any) -> Any:
+            # safetensors stores no tensor twice: one shared between calls is written as copies.
+            t = t.detach().cpu().contiguous()
+            if t.untyped_storage().data_ptr() in stored:
+                return t.clone()
+            if t.numel():
+                stored.add(t.untyped_storage().data_ptr())
+            return t
+
         for i, c in enumerate(self.calls):
             for kind, leaves in (("in", c.inputs), ("out", c.outputs)):
                 for leaf, t in leaves.items():
-                    tensors[f"{i}/{kind}{leaf}"] = t.detach().cpu().contiguous()
+                    tensors[f"{i}/{kind}{leaf}"] = entry(t)
             calls.append({"path": c.path, "call": c.call, "depth": c.depth, "inputs": list(c.inputs),
                           "outputs": list(c.outputs)})
         for leaf, t in self.outputs.items():
-            tensors[f"outputs{leaf}"] = t.detach().cpu().contiguous()
+            tensors[f"outputs{leaf}"] = entry(t)
         metadata = {"format": FORMAT, "calls": _json.dumps(calls), "outputs": _json.dumps(list(self.outputs)),
                     "dtype": self.dtype, "device": self.device, **{f"info.{k}": v for k, v in self.info.items()}}
         path = os.fspath(path)
@@ -104,9 +116,23 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
     pending: dict[str, list[dict[str, Any]]] = {}  # inputs taken before each running call, per path
     handles = []
 
+    # One clone per tensor value: a module's output is usually the next module's input, and on
+    # XLA every clone is one more output of the run's program (more to compile). A tensor is the
+    # same value while it is the same object (a weak reference, so nothing is kept alive) with
+    # the same version counter (which every in-place op bumps, on views through their base).
+    clones: dict[int, tuple[Any, int, Any]] = {}
+
+    def clone_one(t: Any) -> Any:
+        known = clones.get(id(t))
+        if known is not None and known[0]() is t and known[1] == t._version:
+            return known[2]
+        c = t.detach().clone()
+        clones[id(t)] = (weakref.ref(t), t._version, c)
+        return c
+
     def clone_leaves(tree: Any, path: str) -> dict[str, Any]:
         try:
-            return {p: t.detach().clone() for p, t in runners.tensor_leaves(tree)}
+            return {p: clone_one(t) for p, t in runners.tensor_leaves(tree)}
         except Exception as e:  # our hook, not the user's model
             raise InternalError(f"parity's capture hook on {path or '<root>'} failed: {type(e).__name__}: {e}") from e
 
@@ -146,6 +172,43 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
     return calls, out
 
 
+class Recorder:
+    """What ``runners.run_xla`` calls the prepared model with (its ``run``) to capture that run:
+    every module call's inputs and outputs stay as lazy tensors, so the run's one execution
+    computes them with its outputs; :meth:`capture` then copies them to the CPU. verify's own XLA
+    run is its localisation's capture this way, with no second trace, compile and execution."""
+
+    def __init__(self) -> None:
+        self.calls: list[ModuleCall] | None = None
+
+    def __call__(self, stage: str, model: Any, args: tuple, kwargs: dict) -> Any:
+        self.calls, out = record_calls(model, args, kwargs, stage=stage)
+        return out
+
+    def capture(self, outputs: list[tuple[str, Any]], dtype: Any, device: Any = None) -> Capture:
+        """The run's capture (tensors on the CPU) from its float ``outputs`` (already on the CPU)
+        on ``device`` (default ``torch_xla.device()``); the recorder lets go of the device tensors."""
+        import torch_xla
+
+        if self.calls is None:
+            raise ParityError("Recorder.capture: the recorder has not run a model")
+        calls, self.calls = self.calls, None
+        on_cpu: dict[int, Any] = {}  # a tensor the recorder shared between calls is copied once
+
+        def cpu(t: Any) -> Any:
+            if id(t) not in on_cpu:
+                on_cpu[id(t)] = (t, t.cpu())
+            return on_cpu[id(t)][1]
+
+        for c in calls:
+            c.inputs = {p: cpu(t) for p, t in c.inputs.items()}
+            c.outputs = {p: cpu(t) for p, t in c.outputs.items()}
+        del on_cpu
+        info = {"torch_xla": torch_xla.__version__}
+        return Capture(calls, dict(outputs), str(dtype).removeprefix("torch.") if dtype else "input dtypes",
+                       str(torch_xla.device() if device is None else device), info)
+
+
 def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, seed: int = 0,
             device: Any = None) -> Capture:
     """Runs ``model`` on XLA (``device``, default ``torch_xla.device()``) in ``dtype`` with hooks
@@ -162,27 +225,21 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
     """
     import torch
     import torch_xla
-    import torch_xla.core.xla_model as xm
 
+    if not isinstance(model, torch.nn.Module):
+        raise ParityTypeError(f"model: per-module localisation needs an nn.Module, got {type(model).__name__}")
     inputs, kwargs = check_inputs(inputs, kwargs)
     tdtype = runners.torch_dtype(dtype)
     device = torch_xla.device() if device is None else device
+    recorder = Recorder()
     with runners.user_rng_preserved():
-        torch.manual_seed(seed)
-        xm.set_rng_state(seed)
-        m = runners.prepare(model, device, tdtype)
-        calls, out = record_calls(m, runners.move(inputs, device, tdtype), runners.move(kwargs, device, tdtype))
-        torch_xla.sync()  # one execution for every captured tensor
-    del m
-    for c in calls:
-        c.inputs = {p: t.cpu() for p, t in c.inputs.items()}
-        c.outputs = {p: t.cpu() for p, t in c.outputs.items()}
-    outputs = {p: t.detach().cpu() for p, t in runners.float_leaves(out, "model")}
-    del out
+        run = runners.run_xla(model, inputs, kwargs, tdtype, seed, False, run=recorder, device=device,
+                              stage="XLA capture")
+    cap = recorder.capture(run.outputs, tdtype, device)
+    cap.info["model"] = type(model).__name__
+    del run
     runners.release_freed_memory()  # the device model and buffers, before the caller's next stage
-    info = {"torch_xla": torch_xla.__version__, "model": type(model).__name__}
-    return Capture(calls, outputs, str(tdtype).removeprefix("torch.") if tdtype else "input dtypes",
-                   str(device), info)
+    return cap
 
 
 def load_capture(path: str | os.PathLike) -> Capture:

@@ -39,18 +39,18 @@ import contextlib
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import runners
 from torch_xla_ext.parity._checks import check_inputs, tolerances
 from torch_xla_ext.parity._outputs import output_parity
-from torch_xla_ext.parity.capturing import Capture, capture, load_capture, record_calls
+from torch_xla_ext.parity.capturing import Capture, load_capture, record_calls
 from torch_xla_ext.parity.errors import CaptureError, ParityError, ParityTypeError
 from torch_xla_ext.parity.report import ModuleParity, ParityReport, Verdict
 
-__all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "attach", "compare", "compare_capture", "divergence_factor",
-           "plot_modules", "rms_error"]
+__all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "ModulePass", "compare", "compare_capture", "divergence_factor",
+           "module_pass", "plot_modules", "rms_error", "with_modules"]
 
 # The rule: own error (RMS) > factor x rounding level, the rounding level being CPU eager's RMS
 # error for the same module on the same inputs, at least FLOOR_ULPS units of roundoff
@@ -255,28 +255,46 @@ def _copy_chunked(dst: Any, src: Any, via: Any, chunk: int = 1 << 22) -> None:
         d[i:i + chunk].copy_(part.to(via) if via is not None else part)
 
 
+def _same_values(xla: dict[str, Any], golden: dict[str, Any]) -> bool:
+    """Whether a call's XLA inputs are the golden's, value for value (floats compared in float64;
+    a NaN anywhere counts as different)."""
+    import torch
+
+    if xla.keys() != golden.keys():
+        return False
+    for p, x in xla.items():
+        g = golden[p]
+        if x.shape != g.shape or x.is_floating_point() != g.is_floating_point():
+            return False
+        if not (torch.equal(x.to(torch.float64), g.to(torch.float64)) if x.is_floating_point()
+                else (x.dtype == g.dtype and torch.equal(x, g))):
+            return False
+    return True
+
+
 def _same_memory(a: Any, b: Any) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None = None, *, rtol: float | None = None,
-            atol: float | None = None, seed: int = 0, report: ParityReport | None = None,
-            consume: bool = False) -> ParityReport:
-    """Per-module comparison of a capture with CPU runs of ``reference``.
+class ModulePass(NamedTuple):
+    """What the golden run with the per-module shadows gives: every module call's figures, the
+    first divergent one, the golden's own float outputs by path (the fp64 golden of the whole
+    run), and the seconds it took."""
 
-    Without ``report``, returns a report whose verdict compares the capture's final outputs with
-    CPU eager (no replays: a capture holds no program); with it, adds the modules to ``report``.
-    With ``consume``, each module call's tensors are dropped from ``cap`` once compared (``cap``
-    keeps only its final outputs): for a capture made only for this comparison.
-    """
+    modules: tuple[ModuleParity, ...]
+    first: ModuleParity | None
+    golden: list[tuple[str, Any]]
+    seconds: float
+
+
+def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed: int = 0, *,
+                consume: bool = False) -> ModulePass:
+    """The fp64 golden run of ``reference`` with the shadows of every module call compared with
+    the capture's (the module docstring's rule). With ``consume``, each module call's tensors are
+    dropped from ``cap`` once compared (``cap`` keeps only its final outputs). ``inputs`` and
+    ``kwargs`` are checked by the caller (``check_inputs``)."""
     import torch
 
-    if not isinstance(cap, Capture):
-        raise ParityTypeError(f"capture: expected a parity Capture, got {type(cap).__name__}")
-    if not isinstance(reference, torch.nn.Module):
-        raise ParityTypeError(f"reference: per-module comparison needs an nn.Module, got {type(reference).__name__}")
-    inputs, kwargs = check_inputs(inputs, kwargs)
-    tol = tolerances(rtol, atol)
     tdtype = None if cap.dtype == "input dtypes" else runners.torch_dtype(cap.dtype, "the capture's dtype")
     limit = float(torch.finfo(tdtype or torch.float32).max)
     eps = float(torch.finfo(tdtype or torch.float32).eps)
@@ -302,17 +320,25 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
             large = sum(t.numel() for t in xla.outputs.values()) > LARGE_OUTPUT
             if large:
                 runners.release_freed_memory(collect=False)
-            sa, sk = _substitute((a, k), "", xla.inputs, to64)
-            shadow = runners.call(f"fp64 shadow of {path or '<root>'}", module, sa, sk)
-            del sa, sk
-            with runners.narrowing():  # the CPU shadow runs in the run's dtype, as written
-                ca, ck = _substitute((a, k), "", xla.inputs, as_run)
-                if tdtype is not None:
-                    ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
-                # The golden's own module, its weights in the run's dtype for this call.
-                with golden.in_run_dtype(module):
-                    cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", module, ca, ck)
-                del ca, ck
+            inherited = rms_error(xla.inputs, golden_in, limit)
+            # The shadows leave the golden's RNG stream where the golden alone would have it.
+            with torch.random.fork_rng(devices=[]):
+                if inherited == 0.0 and _same_values(xla.inputs, golden_in):
+                    # XLA gave this call exactly what the golden gave it (token ids, the first
+                    # embeddings): its fp64 shadow would repeat the golden's own call.
+                    shadow = out
+                else:
+                    sa, sk = _substitute((a, k), "", xla.inputs, to64)
+                    shadow = runners.call(f"fp64 shadow of {path or '<root>'}", module, sa, sk)
+                    del sa, sk
+                with runners.narrowing():  # the CPU shadow runs in the run's dtype, as written
+                    ca, ck = _substitute((a, k), "", xla.inputs, as_run)
+                    if tdtype is not None:
+                        ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
+                    # The golden's own module, its weights in the run's dtype for this call.
+                    with golden.in_run_dtype(module):
+                        cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", module, ca, ck)
+                    del ca, ck
             shadow_leaves = dict(runners.tensor_leaves(shadow))
             golden_out = dict(runners.tensor_leaves(out))
             if large:
@@ -321,7 +347,7 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
                 "own": rms_error(xla.outputs, shadow_leaves, limit),
                 "rounding": rms_error(dict(runners.tensor_leaves(cpu_shadow)), shadow_leaves, limit),
                 "total": rms_error(xla.outputs, golden_out, limit),
-                "inherited": rms_error(xla.inputs, golden_in, limit),
+                "inherited": inherited,
                 "scale": _rms(shadow_leaves, limit),
             }
             if consume:  # compared: this call's XLA tensors are not read again
@@ -343,16 +369,37 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
         modules.append(ModuleParity(c.path, c.call, c.depth, order, e["total"], e["inherited"], e["own"], level,
                                     e["scale"], ratio > factor, cpu_rounding=e["rounding"], threshold=factor))
     first = next((m for m in modules if m.diverges), None)
-    seconds = {"compare modules": time.perf_counter() - t0}
-    words = _modules_words(modules, first)
-    if report is not None:
-        return dataclasses.replace(report, modules=tuple(modules), first_divergent_module=first.name if first else None,
-                                   explanation=report.explanation + " " + words,
-                                   seconds={**report.seconds, **seconds})
-    # A report of its own: the capture's final outputs against CPU eager and the golden.
+    golden_leaves = [(p, t.detach()) for p, t in runners.float_leaves(golden_out, "the reference")]
+    return ModulePass(tuple(modules), first, golden_leaves, time.perf_counter() - t0)
+
+
+def with_modules(report: ParityReport, found: ModulePass) -> ParityReport:
+    """``report`` with the module figures and their words appended to its explanation."""
+    words = _modules_words(list(found.modules), found.first)
+    return dataclasses.replace(report, modules=found.modules,
+                               first_divergent_module=found.first.name if found.first else None,
+                               explanation=report.explanation + " " + words)
+
+
+def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None = None, *, rtol: float | None = None,
+            atol: float | None = None, seed: int = 0) -> ParityReport:
+    """Per-module comparison of a capture with CPU runs of ``reference``: a report whose verdict
+    compares the capture's final outputs with CPU eager and the fp64 golden (no replays: a
+    capture holds no program), with every module's figures (:func:`module_pass`)."""
+    import torch
+
+    if not isinstance(cap, Capture):
+        raise ParityTypeError(f"capture: expected a parity Capture, got {type(cap).__name__}")
+    if not isinstance(reference, torch.nn.Module):
+        raise ParityTypeError(f"reference: per-module comparison needs an nn.Module, got {type(reference).__name__}")
+    inputs, kwargs = check_inputs(inputs, kwargs)
+    tol = tolerances(rtol, atol)
+    found = module_pass(cap, reference, inputs, kwargs, seed)
+    seconds = {"compare modules": found.seconds}
+    tdtype = None if cap.dtype == "input dtypes" else runners.torch_dtype(cap.dtype, "the capture's dtype")
     with runners.user_rng_preserved():
         cpu, seconds["cpu"] = runners.run_cpu(reference, inputs, kwargs, tdtype, seed)
-    golden = dict(runners.float_leaves(golden_out, "the reference"))
+    golden = dict(found.golden)
     outputs = []
     for path, c in cpu:
         if path not in cap.outputs:
@@ -361,10 +408,10 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
         outputs.append(dataclasses.replace(o, cause=_explain.output_cause(o, False)))
     verdict = Verdict.PASS if all(o.xla_vs_cpu.passed for o in outputs) else Verdict.FAIL
     status = f"unavailable: a capture holds no program (captured on {cap.device}, compared on the CPU)"
-    explanation = _explain.explain(verdict, outputs, status, (), cap.dtype) + " " + words
-    return ParityReport(verdict, explanation, cap.dtype, rtol, atol, outputs=tuple(outputs), emulation=status,
-                        modules=tuple(modules), first_divergent_module=first.name if first else None,
-                        seconds=seconds)
+    explanation = _explain.explain(verdict, outputs, status, (), cap.dtype)
+    report = ParityReport(verdict, explanation, cap.dtype, rtol, atol, outputs=tuple(outputs), emulation=status,
+                          seconds=seconds)
+    return with_modules(report, found)
 
 
 def _modules_words(modules: list[ModuleParity], first: ModuleParity | None) -> str:
@@ -385,23 +432,6 @@ def _modules_words(modules: list[ModuleParity], first: ModuleParity | None) -> s
             f"{first.rounding_level:.3g}, beyond the threshold {first.threshold:g}x, while it inherited "
             f"{first.inherited_error:.3g}; the {len(before)} module call(s) that finished before it stay within "
             f"rounding. Start looking there (report.module_table()).")
-
-
-def attach(report: ParityReport, fn: Any, reference: Any, inputs: tuple, kwargs: dict, dtype: Any,
-           seed: int) -> ParityReport:
-    """``report`` with the per-module localisation of ``fn`` (captured on XLA) against ``reference``."""
-    import torch
-
-    if not isinstance(fn, torch.nn.Module) or not isinstance(reference, torch.nn.Module):
-        raise ParityTypeError("localize: per-module localisation needs fn (and the reference) to be nn.Modules")
-    runners.release_freed_memory()  # what verify's runs and replays freed, before the capture's model
-    try:
-        cap = capture(fn, inputs, kwargs, dtype=dtype, seed=seed)
-    except runners.UserFailure as f:  # it ran once already: report it rather than lose the verdict
-        return dataclasses.replace(report, explanation=report.explanation + f" The per-module capture failed "
-                                   f"({f}); no localisation.")
-    return compare(cap, reference, inputs, kwargs, rtol=report.rtol, atol=report.atol, seed=seed, report=report,
-                   consume=True)
 
 
 def plot_modules(report: ParityReport, path: str) -> str | None:

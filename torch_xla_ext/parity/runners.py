@@ -351,9 +351,14 @@ class XlaRun:
 
 
 def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool,
-            on_program: Callable[[bytes], Any] | None = None) -> XlaRun:
-    """The XLA run. ``on_program`` gets the HloModuleProto as soon as it exists, before
-    torch_xla compiles and executes it (verify starts compiling its replays there)."""
+            on_program: Callable[[bytes], Any] | None = None, *, run: Callable[..., Any] = call,
+            device: Any = None, stage: str = "XLA") -> XlaRun:
+    """The XLA run on ``device`` (default ``torch_xla.device()``). ``on_program`` gets the
+    HloModuleProto of the outputs as soon as it exists, before torch_xla compiles and executes it
+    (verify starts compiling its replays there). ``run(stage, model, args, kwargs)`` calls the
+    prepared model (:func:`call`; a capture's recorder keeps every module call's tensors, which
+    the one execution then computes with the outputs, while the program given to ``on_program``
+    and kept in ``proto`` is the outputs' own)."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -361,7 +366,7 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     from torch_xla_ext._compat import hlo as _hlo
     from torch_xla_ext._compat import hlo_debug as _hlo_debug
 
-    device = torch_xla.device()
+    device = torch_xla.device() if device is None else device
     torch.manual_seed(seed)
     xm.set_rng_state(seed)
     t0 = time.perf_counter()
@@ -370,7 +375,7 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
         model = prepare(fn, device, dtype, made=pairs)
         a, k = move(args, device, dtype), move(kwargs, device, dtype)
         with _hlo_debug.module_scopes(model if capture_hlo else None):  # module paths in the HLO
-            out = call("XLA", model, a, k)
+            out = run(stage, model, a, k)
     leaves = float_leaves(out, "fn")
     proto = graph_args = err = module_paths = None
     if capture_hlo:
@@ -397,7 +402,7 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
         torch_xla.sync()
         outputs = [(p, t.cpu()) for p, t in leaves]
     except RuntimeError as e:  # torch_xla failed to execute the user's program
-        raise UserFailure("XLA", e) from e
+        raise UserFailure(stage, e) from e
     del pairs, model
     return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0, module_paths)
 

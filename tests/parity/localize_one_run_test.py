@@ -1,0 +1,105 @@
+"""verify(localize=True) captures its own XLA run: one torch_xla compile and execution for the
+verdict and every module's tensors (oracle: torch_xla's own metrics), one clone per tensor value
+that stays right under in-place ops (oracle: the arithmetic the model does), and the localisation's
+golden is verify's golden, so a reference that cannot run in fp64 is still an EXCEPTION verdict.
+"""
+
+import pytest
+import torch
+import torch_xla.debug.metrics as met
+
+from torch_xla_ext import parity
+
+
+class Doubling(torch.nn.Module):
+    """b's input is a's output doubled in place, through a view when ``view``."""
+
+    def __init__(self, view: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.view = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), view
+
+    def forward(self, x):
+        y = self.a(x)
+        (y.view(-1) if self.view else y).mul_(2)
+        return self.b(y)
+
+
+def test_localize_compiles_and_executes_once_on_xla():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)).eval()
+    x = torch.randn(4, 16)
+    met.clear_all()
+    r = parity.verify(model, (x,), dtype="bf16", localize=True)
+    assert met.metric_data("CompileTime")[0] == 1
+    assert met.metric_data("ExecuteTime")[0] == 1
+    assert r.emulation == "matches"  # the replay of the outputs' program is the captured run, bit for bit
+    assert [m.name for m in r.modules] == ["0", "1", "2", "<root>"]
+    assert r.first_divergent_module is None
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_capture_keeps_values_apart_across_in_place_ops(view):
+    model = Doubling(view).eval()
+    x = torch.randn(3, 8)
+    cap = parity.capture(model, (x,), dtype="bf16")
+    calls = {c.path: c for c in cap.calls}
+    a_out = calls["a"].outputs[""]
+    b_in = calls["b"].inputs["[0][0]"]
+    assert torch.equal(b_in.float(), a_out.float() * 2)  # x2 is exact in bf16
+    assert not torch.equal(b_in, a_out)
+
+
+def test_shared_capture_tensors_round_trip_through_safetensors(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1), torch.nn.Linear(8, 8)).eval()
+    x = torch.randn(2, 8)
+    cap = parity.capture(model, (x,), dtype="bf16")
+    # Dropout in eval returns its input: one value shared by three entries of the capture.
+    calls = {c.path: c for c in cap.calls}
+    assert calls["1"].inputs["[0][0]"] is calls["0"].outputs[""]
+    back = parity.load_capture(cap.save(tmp_path / "cap.safetensors"))
+    for c, d in zip(cap.calls, back.calls):
+        for kind in ("inputs", "outputs"):
+            mine, theirs = getattr(c, kind), getattr(d, kind)
+            assert mine.keys() == theirs.keys()
+            assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+class NoFloat64(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.dtype == torch.float64:
+            raise RuntimeError("this model has no float64 kernel")
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("localize", [False, True])
+def test_golden_failure_is_an_exception_verdict_with_or_without_localize(localize):
+    r = parity.verify(NoFloat64(), (torch.randn(2, 4),), dtype="bf16", localize=localize)
+    assert r.verdict == parity.Verdict.EXCEPTION
+    assert r.stage == "fp64 golden"
+    assert "no float64 kernel" in r.exception
+
+
+class FailsOnSecondCall(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.calls = torch.nn.Linear(4, 4), 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("called twice")
+        return self.lin(x)
+
+
+def test_shadow_failure_keeps_the_verdict_and_says_why_there_is_no_localisation():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), FailsOnSecondCall()).eval()
+    r = parity.verify(model, (torch.randn(2, 4),), dtype="bf16", localize=True)
+    assert r.verdict in (parity.Verdict.PASS, parity.Verdict.FAIL)
+    assert r.outputs and r.emulation == "matches"
+    assert r.modules == ()
+    assert "The per-module localisation failed (fp64 shadow of 1: RuntimeError: called twice)" in r.explanation
