@@ -84,7 +84,10 @@ def verify(
         with runners.user_rng_preserved():
             # Each CPU run's model copy is freed by reference counting when the run returns (no
             # cycle holds it: a collection there found nothing), so a trim returns its pages.
-            cpu, seconds["cpu"] = runners.run_cpu(ref, inputs, kwargs, tdtype, seed)
+            # With localize, CPU eager's own module calls are kept: where XLA gave a module what
+            # CPU eager gave it, they are its CPU shadow (localization.module_pass).
+            eager = capturing.Recorder() if localize else None
+            cpu, seconds["cpu"] = runners.run_cpu(ref, inputs, kwargs, tdtype, seed, run=eager or runners.call)
             runners.release_freed_memory(collect=False)
             cpu2, _ = runners.run_cpu(ref, inputs, kwargs, tdtype, seed, stage="second CPU eager")
             runners.release_freed_memory(collect=False)
@@ -157,7 +160,7 @@ def verify(
     if localize:
         runners.release_freed_memory()  # what the replays freed, before the golden's f64 model comes
         try:
-            found = localization.module_pass(cap, ref, inputs, kwargs, seed, consume=True)
+            found = localization.module_pass(cap, ref, inputs, kwargs, seed, consume=True, eager=eager.calls)
             golden = found.golden
             seconds["compare modules"] = found.seconds
         except runners.UserFailure as f:
@@ -167,7 +170,7 @@ def verify(
                 golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
                                                             stage="fp64 golden")
             localize_failure = f" The per-module localisation failed ({f}); no localisation."
-        del cap
+        del cap, eager
 
     def compared(exact: list | None) -> list:
         return [output_parity(path, x, c, g, tol, rounded[i] if rounded is not None else None,

@@ -45,7 +45,7 @@ from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import runners
 from torch_xla_ext.parity._checks import check_inputs, tolerances
 from torch_xla_ext.parity._outputs import output_parity
-from torch_xla_ext.parity.capturing import Capture, load_capture, record_calls
+from torch_xla_ext.parity.capturing import Capture, ModuleCall, load_capture, record_calls
 from torch_xla_ext.parity.errors import CaptureError, ParityError, ParityTypeError
 from torch_xla_ext.parity.report import ModuleParity, ParityReport, Verdict
 
@@ -288,11 +288,14 @@ class ModulePass(NamedTuple):
 
 
 def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed: int = 0, *,
-                consume: bool = False) -> ModulePass:
+                consume: bool = False, eager: list[ModuleCall] | None = None) -> ModulePass:
     """The fp64 golden run of ``reference`` with the shadows of every module call compared with
     the capture's (the module docstring's rule). With ``consume``, each module call's tensors are
-    dropped from ``cap`` once compared (``cap`` keeps only its final outputs). ``inputs`` and
-    ``kwargs`` are checked by the caller (``check_inputs``)."""
+    dropped from ``cap`` (and ``eager``) once compared (``cap`` keeps only its final outputs).
+    ``eager``: CPU eager's own module calls in the run's dtype (``record_calls``; the list is
+    emptied); where a call's XLA inputs are both the golden's and CPU eager's, CPU eager's output
+    is its CPU shadow and its golden call its fp64 shadow, so neither runs again (the model and
+    its outermost blocks, fed token ids). ``inputs`` and ``kwargs`` are checked by the caller (``check_inputs``)."""
     import torch
 
     tdtype = None if cap.dtype == "input dtypes" else runners.torch_dtype(cap.dtype, "the capture's dtype")
@@ -300,6 +303,12 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
     eps = float(torch.finfo(tdtype or torch.float32).eps)
     factor = divergence_factor(tdtype)
     xla_calls = {(c.path, c.call): c for c in cap.calls}
+    # Only a call whose XLA inputs are CPU eager's can stand in for a CPU shadow: the others'
+    # tensors go before the golden's model is made.
+    eager_calls = {(c.path, c.call): c for c in eager or ()
+                   if (c.path, c.call) in xla_calls and _same_values(xla_calls[(c.path, c.call)].inputs, c.inputs)}
+    if eager is not None:
+        eager.clear()
     t0 = time.perf_counter()
     found: dict[tuple[str, int], dict[str, float]] = {}
 
@@ -321,31 +330,39 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
             if large:
                 runners.release_freed_memory(collect=False)
             inherited = rms_error(xla.inputs, golden_in, limit)
+            # XLA gave this call exactly what the golden gave it (token ids, the first
+            # embeddings): its fp64 shadow would repeat the golden's own call.
+            as_golden = inherited == 0.0 and _same_values(xla.inputs, golden_in)
+            seen = eager_calls.pop((path, n), None)
+            # CPU eager's own call had these inputs: its output is the CPU shadow.
+            cpu_leaves = seen.outputs if seen is not None and as_golden else None
             # The shadows leave the golden's RNG stream where the golden alone would have it.
             with torch.random.fork_rng(devices=[]):
-                if inherited == 0.0 and _same_values(xla.inputs, golden_in):
-                    # XLA gave this call exactly what the golden gave it (token ids, the first
-                    # embeddings): its fp64 shadow would repeat the golden's own call.
+                if as_golden:
                     shadow = out
                 else:
                     sa, sk = _substitute((a, k), "", xla.inputs, to64)
                     shadow = runners.call(f"fp64 shadow of {path or '<root>'}", module, sa, sk)
                     del sa, sk
-                with runners.narrowing():  # the CPU shadow runs in the run's dtype, as written
-                    ca, ck = _substitute((a, k), "", xla.inputs, as_run)
-                    if tdtype is not None:
-                        ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
-                    # The golden's own module, its weights in the run's dtype for this call.
-                    with golden.in_run_dtype(module):
-                        cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", module, ca, ck)
-                    del ca, ck
+                if cpu_leaves is None:
+                    with runners.narrowing():  # the CPU shadow runs in the run's dtype, as written
+                        ca, ck = _substitute((a, k), "", xla.inputs, as_run)
+                        if tdtype is not None:
+                            ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
+                        # The golden's own module, its weights in the run's dtype for this call.
+                        with golden.in_run_dtype(module):
+                            cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", module, ca, ck)
+                        del ca, ck
+                    cpu_leaves = dict(runners.tensor_leaves(cpu_shadow))
+                    del cpu_shadow
+            del seen
             shadow_leaves = dict(runners.tensor_leaves(shadow))
             golden_out = dict(runners.tensor_leaves(out))
             if large:
                 runners.release_freed_memory(collect=False)
             found[(path, n)] = {
                 "own": rms_error(xla.outputs, shadow_leaves, limit),
-                "rounding": rms_error(dict(runners.tensor_leaves(cpu_shadow)), shadow_leaves, limit),
+                "rounding": rms_error(cpu_leaves, shadow_leaves, limit),
                 "total": rms_error(xla.outputs, golden_out, limit),
                 "inherited": inherited,
                 "scale": _rms(shadow_leaves, limit),

@@ -276,9 +276,10 @@ def narrowing():
 
 
 def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: Any = None,
-            stage: str = "CPU eager") -> tuple[list[tuple[str, Any]], float]:
+            stage: str = "CPU eager", run: Callable[..., Any] = call) -> tuple[list[tuple[str, Any]], float]:
     """(float outputs by path, seconds). ``via``: round inputs and parameters to this dtype
-    first (the golden of what XLA received)."""
+    first (the golden of what XLA received). ``run(stage, model, args, kwargs)`` calls the
+    prepared model (:func:`call`, or a recorder of its module calls)."""
     import torch
 
     torch.manual_seed(seed)
@@ -289,7 +290,7 @@ def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: 
         a, k = move(args, "cpu", dtype), move(kwargs, "cpu", dtype)
         t0 = time.perf_counter()
         with default_dtype(dtype):
-            out = call(stage, fn, a, k)
+            out = run(stage, fn, a, k)
         seconds = time.perf_counter() - t0
     return [(p, t.detach().clone()) for p, t in float_leaves(out, "the reference")], seconds
 
