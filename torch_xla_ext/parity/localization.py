@@ -170,89 +170,110 @@ def divergence(own: float, cpu_rounding: float, scale: float, eps: float) -> tup
     return level, (own / level if level > 0 else math.inf)
 
 
+def _widened_class():
+    """``_Widened``: a tensor stored in a narrower float that every op sees as float64 (made once)."""
+    global _WIDENED
+    if _WIDENED is not None:
+        return _WIDENED
+    import torch
+    from torch.utils._pytree import tree_map
+
+    aten = torch.ops.aten
+
+    class _Widened(torch.Tensor):
+        """A weight kept in the run's dtype (``stored``) that reads as float64: each op that takes
+        it gets ``stored`` widened to float64 (exactly: every narrower float is a float64), so the
+        golden computes in fp64 on the weights the run's dtype gives them while holding them in
+        that dtype (a quarter of a float64 copy's memory for bf16)."""
+
+        @staticmethod
+        def __new__(cls, stored):
+            return torch.Tensor._make_wrapper_subclass(cls, stored.shape, strides=stored.stride(),
+                                                       storage_offset=stored.storage_offset(),
+                                                       dtype=torch.float64, device=stored.device,
+                                                       requires_grad=False)
+
+        def __init__(self, stored):
+            self.stored = stored
+
+        def __repr__(self):
+            return f"_Widened({self.stored!r})"
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            if func in (aten.detach.default, aten.alias.default):
+                return _Widened(args[0].stored.detach())
+
+            def widen(t):
+                return t.stored.to(torch.float64) if isinstance(t, _Widened) else t
+
+            return func(*tree_map(widen, args), **tree_map(widen, kwargs or {}))
+
+    _WIDENED = _Widened
+    return _Widened
+
+
+_WIDENED: Any = None
+
+
 class _GoldenWeights:
     """The fp64 golden's copy of the reference, whose modules also run as the CPU shadow in the
-    run's dtype. For that, each floating parameter and buffer of the module is cast again from the
-    user's tensor exactly as ``runners.prepare`` casts it for a CPU eager run, and written into the
-    golden tensor's own memory (a narrower dtype fits in a float64's bytes); afterwards the golden's
-    values are cast again into it (through the run's dtype, as ``prepare`` made them). So no second
-    copy of the model stays beside the golden (at real sizes that copy was W/2 of the
-    localisation's peak), and nothing is allocated and freed per call that could fragment the heap."""
+    run's dtype.
+
+    With a run dtype, the copy is the reference cast to that dtype exactly as ``runners.prepare``
+    casts it for a CPU eager run (W/2 for bf16), each floating parameter wrapped so that every op
+    reads it in float64 (``_Widened``: the golden's float64 weights, value for value, without a
+    float64 copy of the model: at real sizes that copy, 2W, was the localisation's peak) and each
+    floating buffer held in float64. The CPU shadow puts the unwrapped parameters and the run
+    dtype's buffers in place for its call: no cast, no copy. Without a run dtype (the inputs'
+    dtypes), the golden is a float64 copy and the shadow casts each weight for its call."""
 
     def __init__(self, reference: Any, dtype: Any):
         import torch
 
-        made: list = []
-        self.model = runners.prepare(reference, "cpu", torch.float64, via=dtype, made=made)
-        origin = {id(c): o for c, o in made}
         self._dtype = dtype
-        self._params = {id(c): o for c, o in made if isinstance(c, torch.nn.Parameter) and runners.is_cast(o)}
-        self._buffers = {(id(m), name): origin[id(b)] for m in self.model.modules() for name, b in m._buffers.items()
-                         if b is not None and id(b) in origin and runners.is_cast(origin[id(b)])}
-
-    def _tensors(self, module: Any) -> list[tuple[Any, list, Any]]:
-        """(golden tensor, where it is registered, the user's tensor) for the floating weights of
-        ``module``: a Parameter (tied ones once) or a buffer with its (module, name) owners."""
-        out = [(p, [], self._params[id(p)]) for p in module.parameters() if id(p) in self._params]
-        owners: dict[int, tuple[Any, list, Any]] = {}  # a buffer registered in several modules stays one
-        for m in module.modules():
+        if dtype is None:
+            made: list = []
+            self.model = runners.prepare(reference, "cpu", torch.float64, made=made)
+            self._run = {id(c): runners.cast_on_cpu(o, None) for c, o in made}
+            self._widened = False
+            return
+        widened = _widened_class()
+        self.model = runners.prepare(reference, "cpu", dtype)
+        self._widened = True
+        self._run: dict[int, Any] = {}  # id(golden tensor) -> its run-dtype tensor
+        wrapped: dict[int, Any] = {}  # tied parameters stay tied
+        for m in self.model.modules():
+            for name, p in m._parameters.items():
+                if p is None or not p.is_floating_point() or p.dtype == torch.float64:
+                    continue
+                if id(p) not in wrapped:
+                    wrapped[id(p)] = torch.nn.Parameter(widened(p.detach()), requires_grad=False)
+                    self._run[id(wrapped[id(p)])] = p
+                m._parameters[name] = wrapped[id(p)]
             for name, b in m._buffers.items():
-                if b is not None and (id(m), name) in self._buffers:
-                    owners.setdefault(id(b), (b, [], self._buffers[(id(m), name)]))[1].append((m, name))
-        return out + list(owners.values())
-
-    @staticmethod
-    def _place(t: Any, places: list, value: Any) -> None:
-        if places:
-            for m, name in places:
-                m._buffers[name] = value
-        else:
-            t.data = value
-
-    def _inside(self, golden: Any, original: Any) -> bool:
-        """Whether the run dtype's copy of ``original`` is written into ``golden``'s memory: a
-        cast (a dtype is given), a float64 golden of its own (not the user's memory, as in a float64
-        model's dtype-less run), contiguous, from a real CPU tensor."""
-        import torch
-
-        return (self._dtype is not None and golden.dtype == torch.float64 and golden.is_contiguous()
-                and golden.numel() > 0 and original.is_contiguous() and original.device.type == "cpu"
-                and original.is_floating_point() and not _same_memory(golden, original))
+                if b is None or not b.is_floating_point() or b.dtype == torch.float64:
+                    continue
+                if id(b) not in wrapped:
+                    wrapped[id(b)] = b.to(torch.float64)
+                    self._run[id(wrapped[id(b)])] = b
+                m._buffers[name] = wrapped[id(b)]
 
     @contextlib.contextmanager
     def in_run_dtype(self, module: Any):
         """``module`` (of :attr:`model`) with its weights in the run's dtype for the block."""
-        import torch
-
         swapped = []
         try:
-            for t, places, original in self._tensors(module):
-                golden = t.data if not places else t
-                inside = self._inside(golden, original)
-                if inside:  # the run dtype's bytes at the start of the golden's own
-                    raw = golden.view(-1).view(torch.uint8)[:golden.numel() * self._dtype.itemsize]
-                    value = raw.view(self._dtype).view(original.shape)
-                    _copy_chunked(value, original, None)  # copy_ casts as Tensor.to does
-                else:
-                    value = runners.cast_on_cpu(original, self._dtype)
-                swapped.append((t, places, original, golden, inside))
-                self._place(t, places, value)
-                del value
+            for m in module.modules():
+                for table in (m._parameters, m._buffers):
+                    for name, t in table.items():
+                        if t is not None and id(t) in self._run:
+                            swapped.append((table, name, t))
+                            table[name] = self._run[id(t)]
             yield
         finally:
-            for t, places, original, golden, inside in swapped:
-                if inside:  # what prepare made: the user's tensor through the run's dtype, in float64
-                    _copy_chunked(golden, original, self._dtype)
-                self._place(t, places, golden)
-
-
-def _copy_chunked(dst: Any, src: Any, via: Any, chunk: int = 1 << 22) -> None:
-    """``dst.copy_(src.to(via))`` (``via`` None: ``dst.copy_(src)``) a few million elements at a
-    time: element by element the same casts, without a temporary the size of the tensor."""
-    d, s = dst.view(-1), src.detach().view(-1)
-    for i in range(0, d.numel(), chunk):
-        part = s[i:i + chunk]
-        d[i:i + chunk].copy_(part.to(via) if via is not None else part)
+            for table, name, t in swapped:
+                table[name] = t
 
 
 def _same_values(xla: dict[str, Any], golden: dict[str, Any]) -> bool:
@@ -270,10 +291,6 @@ def _same_values(xla: dict[str, Any], golden: dict[str, Any]) -> bool:
                 else (x.dtype == g.dtype and torch.equal(x, g))):
             return False
     return True
-
-
-def _same_memory(a: Any, b: Any) -> bool:
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 class ModulePass(NamedTuple):
