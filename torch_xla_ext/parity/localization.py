@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import math
 import time
+from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from torch_xla_ext.parity import explain as _explain
@@ -199,13 +200,42 @@ def _widened_class():
         def __repr__(self):
             return f"_Widened({self.stored!r})"
 
+        # The float64 copies most recently read, up to ``budget`` bytes: a module's weights are
+        # read once by its golden call and again by its own and each enclosing module's fp64
+        # shadow, all within its enclosing block's turn, so a budget of a block's weights widens
+        # each about once. Entries keep their ``stored`` tensor (its id stays its own).
+        cache: OrderedDict = OrderedDict()
+        budget = 0
+        held = 0
+
+        @classmethod
+        def widened(cls, t):
+            hit = cls.cache.get(id(t.stored))
+            if hit is not None:
+                cls.cache.move_to_end(id(t.stored))
+                return hit[1]
+            wide = t.stored.to(torch.float64)
+            size = wide.numel() * 8
+            if size <= cls.budget:
+                cls.cache[id(t.stored)] = (t.stored, wide)
+                cls.held += size
+                while cls.held > cls.budget:
+                    _, (_, old) = cls.cache.popitem(last=False)
+                    cls.held -= old.numel() * 8
+            return wide
+
+        @classmethod
+        def reset(cls, budget: int) -> None:
+            cls.cache.clear()
+            cls.budget, cls.held = budget, 0
+
         @classmethod
         def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
             if func in (aten.detach.default, aten.alias.default):
                 return _Widened(args[0].stored.detach())
 
             def widen(t):
-                return t.stored.to(torch.float64) if isinstance(t, _Widened) else t
+                return cls.widened(t) if isinstance(t, _Widened) else t
 
             return func(*tree_map(widen, args), **tree_map(widen, kwargs or {}))
 
@@ -240,6 +270,8 @@ class _GoldenWeights:
             return
         widened = _widened_class()
         self.model = runners.prepare(reference, "cpu", dtype)
+        # The widened copies held at once: an eighth of a float64 model (W/4).
+        widened.reset(sum(p.numel() for p in self.model.parameters() if p.is_floating_point()))
         self._widened = True
         self._run: dict[int, Any] = {}  # id(golden tensor) -> its run-dtype tensor
         wrapped: dict[int, Any] = {}  # tied parameters stay tied
@@ -258,6 +290,11 @@ class _GoldenWeights:
                     wrapped[id(b)] = b.to(torch.float64)
                     self._run[id(wrapped[id(b)])] = b
                 m._buffers[name] = wrapped[id(b)]
+
+    def close(self) -> None:
+        """Lets go of the widened copies still held."""
+        if self._widened:
+            _widened_class().reset(0)
 
     @contextlib.contextmanager
     def in_run_dtype(self, module: Any):
@@ -388,13 +425,16 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
                 xla.inputs, xla.outputs = {}, {}
 
         torch.manual_seed(seed)
-        with runners.default_dtype(torch.float64):
-            golden_calls, golden_out = record_calls(golden.model,
-                                                    runners.move(runners.move(inputs, "cpu", tdtype), "cpu",
-                                                                 torch.float64),
-                                                    runners.move(runners.move(kwargs, "cpu", tdtype), "cpu",
-                                                                 torch.float64),
-                                                    stage="fp64 golden", on_call=on_call, keep=False)
+        try:
+            with runners.default_dtype(torch.float64):
+                golden_calls, golden_out = record_calls(golden.model,
+                                                        runners.move(runners.move(inputs, "cpu", tdtype), "cpu",
+                                                                     torch.float64),
+                                                        runners.move(runners.move(kwargs, "cpu", tdtype), "cpu",
+                                                                     torch.float64),
+                                                        stage="fp64 golden", on_call=on_call, keep=False)
+        finally:
+            golden.close()
         del golden
     modules = []
     for order, c in enumerate(golden_calls):
