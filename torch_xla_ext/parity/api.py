@@ -158,7 +158,7 @@ def verify(
 
     found = None
     if localize:
-        runners.release_freed_memory()  # what the replays freed, before the golden's f64 model comes
+        runners.release_freed_memory()  # what the replays freed, before the golden's model comes
         try:
             found = localization.module_pass(cap, ref, inputs, kwargs, seed, consume=True, eager=eager.calls)
             golden = found.golden
