@@ -4,6 +4,8 @@ that stays right under in-place ops (oracle: the arithmetic the model does), and
 golden is verify's golden, so a reference that cannot run in fp64 is still an EXCEPTION verdict.
 """
 
+import copy
+
 import pytest
 import torch
 import torch_xla.debug.metrics as met
@@ -103,3 +105,44 @@ def test_shadow_failure_keeps_the_verdict_and_says_why_there_is_no_localisation(
     assert r.outputs and r.emulation == "matches"
     assert r.modules == ()
     assert "The per-module localisation failed (fp64 shadow of 1: RuntimeError: called twice)" in r.explanation
+
+
+class Recurrent(torch.nn.Module):
+    """Modules that keep their weights in more than their parameter table (an RNN's
+    ``_flat_weights``) or take them on a fast path (attention), and a batch norm's buffers. (No
+    GRU: importing torch_xla 2.9 replaces ``nn.GRU`` with its scan GRU, which cannot run on the
+    CPU, so a GRU built after that import is an EXCEPTION at CPU eager.)"""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Linear(8, 16)
+        self.lstm = torch.nn.LSTM(16, 16, batch_first=True)
+        self.mha = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+        self.conv = torch.nn.Conv1d(16, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h, _ = self.lstm(self.emb(x))
+        h, _ = self.mha(h, h, h, need_weights=False)
+        return self.head(self.bn(self.conv(h.transpose(1, 2))).transpose(1, 2))
+
+
+def test_golden_is_fp64_through_recurrent_and_attention_modules_and_finds_a_bug_there():
+    model = Recurrent().eval()
+    x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(1))
+    r = parity.verify(model, (x,), dtype="bf16", localize=True)
+    assert r.first_divergent_module is None, r.module_table()
+    # Oracle: the reference cast to bf16 and widened to float64, run in float64; CPU eager in bf16.
+    with torch.no_grad():
+        golden = copy.deepcopy(model).to(torch.bfloat16).to(torch.float64)(x.to(torch.bfloat16).double())
+        cpu = copy.deepcopy(model).to(torch.bfloat16)(x.to(torch.bfloat16))
+    expected = float((cpu.double() - golden).abs().max())
+    (out,) = r.outputs
+    assert out.cpu_error == pytest.approx(expected, rel=1e-6)  # a bf16-weighted golden is ~1e-2 off
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.lstm.weight_hh_l0.mul_(1.25)
+    r = parity.verify(broken, (x,), dtype="bf16", reference=model, localize=True)
+    assert r.first_divergent_module == "lstm", r.module_table()

@@ -265,7 +265,8 @@ class _GoldenWeights:
         if dtype is None:
             made: list = []
             self.model = runners.prepare(reference, "cpu", torch.float64, made=made)
-            self._run = {id(c): runners.cast_on_cpu(o, None) for c, o in made}
+            self._run = {id(c): torch.nn.Parameter(runners.cast_on_cpu(o, None), requires_grad=False)
+                         if isinstance(c, torch.nn.Parameter) else runners.cast_on_cpu(o, None) for c, o in made}
             self._widened = False
             return
         widened = _widened_class()
@@ -275,6 +276,7 @@ class _GoldenWeights:
         self._widened = True
         self._run: dict[int, Any] = {}  # id(golden tensor) -> its run-dtype tensor
         wrapped: dict[int, Any] = {}  # tied parameters stay tied
+        swaps: list[tuple[Any, str, Any]] = []
         for m in self.model.modules():
             for name, p in m._parameters.items():
                 if p is None or not p.is_floating_point() or p.dtype == torch.float64:
@@ -282,14 +284,16 @@ class _GoldenWeights:
                 if id(p) not in wrapped:
                     wrapped[id(p)] = torch.nn.Parameter(widened(p.detach()), requires_grad=False)
                     self._run[id(wrapped[id(p)])] = p
-                m._parameters[name] = wrapped[id(p)]
+                swaps.append((m, name, wrapped[id(p)]))
             for name, b in m._buffers.items():
                 if b is None or not b.is_floating_point() or b.dtype == torch.float64:
                     continue
                 if id(b) not in wrapped:
                     wrapped[id(b)] = b.to(torch.float64)
                     self._run[id(wrapped[id(b)])] = b
-                m._buffers[name] = wrapped[id(b)]
+                swaps.append((m, name, wrapped[id(b)]))
+        for m, name, t in swaps:  # setattr: modules that cache their weights (an RNN's _flat_weights) follow
+            setattr(m, name, t)
 
     def close(self) -> None:
         """Lets go of the widened copies still held."""
@@ -299,18 +303,15 @@ class _GoldenWeights:
     @contextlib.contextmanager
     def in_run_dtype(self, module: Any):
         """``module`` (of :attr:`model`) with its weights in the run's dtype for the block."""
-        swapped = []
+        swapped = [(m, name, t) for m in module.modules() for table in (m._parameters, m._buffers)
+                   for name, t in table.items() if t is not None and id(t) in self._run]
         try:
-            for m in module.modules():
-                for table in (m._parameters, m._buffers):
-                    for name, t in table.items():
-                        if t is not None and id(t) in self._run:
-                            swapped.append((table, name, t))
-                            table[name] = self._run[id(t)]
+            for m, name, t in swapped:  # setattr, as in __init__
+                setattr(m, name, self._run[id(t)])
             yield
         finally:
-            for table, name, t in swapped:
-                table[name] = t
+            for m, name, t in swapped:
+                setattr(m, name, t)
 
 
 def _same_values(xla: dict[str, Any], golden: dict[str, Any]) -> bool:
@@ -425,14 +426,15 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
                 xla.inputs, xla.outputs = {}, {}
 
         torch.manual_seed(seed)
+        # The golden starts from the inputs rounded to the run's dtype, as XLA received them. The
+        # rounding happens before the float64 mode, which would turn a cast to bf16 into float64.
+        g_args = runners.move(runners.move(inputs, "cpu", tdtype), "cpu", torch.float64)
+        g_kwargs = runners.move(runners.move(kwargs, "cpu", tdtype), "cpu", torch.float64)
         try:
             with runners.default_dtype(torch.float64):
-                golden_calls, golden_out = record_calls(golden.model,
-                                                        runners.move(runners.move(inputs, "cpu", tdtype), "cpu",
-                                                                     torch.float64),
-                                                        runners.move(runners.move(kwargs, "cpu", tdtype), "cpu",
-                                                                     torch.float64),
-                                                        stage="fp64 golden", on_call=on_call, keep=False)
+                golden_calls, golden_out = record_calls(golden.model, g_args, g_kwargs, stage="fp64 golden",
+                                                        on_call=on_call, keep=False)
+            del g_args, g_kwargs
         finally:
             golden.close()
         del golden
