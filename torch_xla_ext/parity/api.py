@@ -80,6 +80,11 @@ def verify(
     # module call's tensors come out of the same execution; the replays get the outputs' program.
     recorder = capturing.Recorder() if localize else None
 
+    def plain_golden() -> tuple[list, float]:
+        # The golden starts from the inputs both sides received (rounded to dtype), so its
+        # error measures each side's arithmetic, not the shared input quantisation.
+        return runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype, stage="fp64 golden")
+
     try:
         with runners.user_rng_preserved():
             # Each CPU run's model copy is freed by reference counting when the run returns (no
@@ -91,13 +96,10 @@ def verify(
             runners.release_freed_memory(collect=False)
             cpu2, _ = runners.run_cpu(ref, inputs, kwargs, tdtype, seed, stage="second CPU eager")
             runners.release_freed_memory(collect=False)
-            # The golden starts from the inputs both sides received (rounded to dtype), so its
-            # error measures each side's arithmetic, not the shared input quantisation. With
-            # localize, the localisation's golden run (after the XLA run) is the golden.
+            # With localize, the localisation's golden run (after the XLA run) is the golden.
             golden = None
             if not localize:
-                golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
-                                                            stage="fp64 golden")
+                golden, seconds["golden"] = plain_golden()
                 runners.release_freed_memory(collect=False)
             xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None,
                                   on_program=early.start if emulate else None, run=recorder or runners.call)
@@ -167,8 +169,7 @@ def verify(
             if f.stage == "fp64 golden":
                 return _exception_report(f, dtype_name, rtol, atol, t_start)
             with runners.user_rng_preserved():  # a shadow failed: the golden alone, no localisation
-                golden, seconds["golden"] = runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype,
-                                                            stage="fp64 golden")
+                golden, seconds["golden"] = plain_golden()
             localize_failure = f" The per-module localisation failed ({f}); no localisation."
         del cap, eager
 

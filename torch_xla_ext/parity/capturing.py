@@ -60,6 +60,11 @@ class Capture:
     device: str
     info: dict[str, str] = dataclasses.field(default_factory=dict)
 
+    @property
+    def run_dtype(self) -> Any:
+        """The torch dtype the run was cast to; None for the inputs' own dtypes."""
+        return None if self.dtype == "input dtypes" else runners.torch_dtype(self.dtype, "the capture's dtype")
+
     def save(self, path: str | os.PathLike) -> str:
         """Writes one safetensors file; returns its path."""
         from safetensors.torch import save_file

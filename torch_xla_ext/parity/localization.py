@@ -261,7 +261,6 @@ class _GoldenWeights:
     def __init__(self, reference: Any, dtype: Any):
         import torch
 
-        self._dtype = dtype
         if dtype is None:
             made: list = []
             self.model = runners.prepare(reference, "cpu", torch.float64, made=made)
@@ -353,7 +352,7 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
     its outermost blocks, fed token ids). ``inputs`` and ``kwargs`` are checked by the caller (``check_inputs``)."""
     import torch
 
-    tdtype = None if cap.dtype == "input dtypes" else runners.torch_dtype(cap.dtype, "the capture's dtype")
+    tdtype = cap.run_dtype
     limit = float(torch.finfo(tdtype or torch.float32).max)
     eps = float(torch.finfo(tdtype or torch.float32).eps)
     factor = divergence_factor(tdtype)
@@ -472,7 +471,7 @@ def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None 
     tol = tolerances(rtol, atol)
     found = module_pass(cap, reference, inputs, kwargs, seed)
     seconds = {"compare modules": found.seconds}
-    tdtype = None if cap.dtype == "input dtypes" else runners.torch_dtype(cap.dtype, "the capture's dtype")
+    tdtype = cap.run_dtype
     with runners.user_rng_preserved():
         cpu, seconds["cpu"] = runners.run_cpu(reference, inputs, kwargs, tdtype, seed)
     golden = dict(found.golden)
