@@ -2,6 +2,9 @@
 verdict and every module's tensors (oracle: torch_xla's own metrics), one clone per tensor value
 that stays right under in-place ops (oracle: the arithmetic the model does), and the localisation's
 golden is verify's golden, so a reference that cannot run in fp64 is still an EXCEPTION verdict.
+The module tensors come from the rounded replay of the run's trace, not from torch_xla's program:
+they equal a real hooked XLA run's bit for bit on zoo models (oracle: ``parity.capture``), and when
+the replay does not reproduce the run a second XLA run computes them.
 """
 
 import copy
@@ -10,7 +13,9 @@ import pytest
 import torch
 import torch_xla.debug.metrics as met
 
+from tests import zoo
 from torch_xla_ext import parity
+from torch_xla_ext.parity import _outputs, api, capturing, runners
 
 
 class Doubling(torch.nn.Module):
@@ -146,3 +151,63 @@ def test_golden_is_fp64_through_recurrent_and_attention_modules_and_finds_a_bug_
         broken.lstm.weight_hh_l0.mul_(1.25)
     r = parity.verify(broken, (x,), dtype="bf16", reference=model, localize=True)
     assert r.first_divergent_module == "lstm", r.module_table()
+
+
+def replayed_capture(model, args, kwargs):
+    """verify's path: the recorder's tensors go into the rounded replay's program, not the run's."""
+    recorder = capturing.Recorder()
+    met.clear_all()
+    with runners.user_rng_preserved():
+        run = runners.run_xla(model, args, kwargs, torch.bfloat16, 0, True, run=recorder, replayed=recorder)
+    executions = met.metric_data("ExecuteTime")[0]
+    replayed = _outputs.replay_outputs(run, len(run.outputs), [tuple(t.shape) for _, t in run.outputs])
+    assert replayed.status == "ok"
+    assert _outputs.reproduces(run.outputs, replayed.rounded)
+    return recorder.replayed(replayed.captured, run.outputs, torch.bfloat16), executions
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mobilenet_v3", "t5"])
+def test_replayed_capture_is_a_hooked_xla_runs_bit_for_bit(name):
+    model, args, kwargs = zoo.build(name)
+    met.clear_all()
+    with runners.user_rng_preserved():
+        runners.run_xla(model, args, kwargs, torch.bfloat16, 0, True)
+    plain = met.metric_data("ExecuteTime")[0]  # a model may execute a small graph of its own first
+    cap, executions = replayed_capture(model, args, kwargs)
+    assert executions == plain  # the run executed the outputs' program, no program of the capture's
+    real = parity.capture(model, args, kwargs, dtype="bf16")  # torch_xla computes every module tensor
+    assert [(c.path, c.call) for c in cap.calls] == [(c.path, c.call) for c in real.calls]
+    compared = differing = 0
+    for mine, theirs in zip(cap.calls, real.calls):
+        for a, b in ((mine.inputs, theirs.inputs), (mine.outputs, theirs.outputs)):
+            assert a.keys() == b.keys()
+            for p in a:
+                compared += 1
+                differing += a[p].dtype != b[p].dtype or not torch.equal(a[p], b[p])
+    assert compared > 20
+    assert differing == 0, f"{differing}/{compared} module tensors differ from torch_xla's"
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_replayed_capture_keeps_values_apart_across_in_place_ops(view):
+    cap, _ = replayed_capture(Doubling(view).eval(), (torch.randn(3, 8),), {})
+    calls = {c.path: c for c in cap.calls}
+    a_out, b_in = calls["a"].outputs[""], calls["b"].inputs["[0][0]"]
+    assert torch.equal(b_in.float(), a_out.float() * 2)  # x2 is exact in bf16
+    assert not torch.equal(b_in, a_out)
+
+
+def test_a_second_xla_run_captures_when_the_replay_does_not_reproduce_the_run(monkeypatch):
+    model, args, kwargs = zoo.build("gpt2")
+    met.clear_all()
+    expected = parity.verify(model, args, kwargs, dtype="bf16", localize=True)
+    executions = met.metric_data("ExecuteTime")[0]
+    # As on a device the replay does not model: its values are not the run's, so they are not used.
+    monkeypatch.setattr(api, "reproduces", lambda outputs, rounded: False)
+    met.clear_all()
+    r = parity.verify(model, args, kwargs, dtype="bf16", localize=True)
+    assert met.metric_data("ExecuteTime")[0] == 2 * executions  # the run, then the hooked capture run
+    assert "XLA capture" in r.seconds
+    assert [(m.name, m.own_error, m.inherited_error) for m in r.modules] == \
+        [(m.name, m.own_error, m.inherited_error) for m in expected.modules]
+

@@ -17,7 +17,8 @@ from torch_xla_ext.parity.replays import Replay, unrounded_precision
 from torch_xla_ext.parity.report import OutputParity
 from torch_xla_ext.parity.stablehlo import Program
 
-__all__ = ["Replayed", "closer", "exact_outputs", "golden_errors", "output_parity", "replay_outputs", "with_causes"]
+__all__ = ["Replayed", "closer", "exact_outputs", "golden_errors", "output_parity", "replay_outputs", "reproduces",
+           "with_causes"]
 
 
 def golden_errors(y: Any, golden: Any) -> tuple[float, float]:
@@ -68,18 +69,22 @@ def with_causes(outputs: Sequence[OutputParity], narrow: bool) -> list[OutputPar
     return [dataclasses.replace(o, cause=_explain.output_cause(o, narrow)) for o in outputs]
 
 
-def compile_replays(proto: bytes, unrounded: str = "f64") -> tuple[Program, Replay, Replay, dict[str, float]]:
+def compile_replays(proto: bytes, unrounded: str = "f64",
+                    capture_proto: bytes | None = None) -> tuple[Program, Replay, Replay, dict[str, float]]:
     """(program, rounded replay, unrounded replay, seconds) of an HloModuleProto; ReplayError
     when either cannot be built. ``unrounded``: the unrounded replay's float, "f64", "f32", or
-    "auto" (:func:`~torch_xla_ext.parity.replays.unrounded_precision` of the program)."""
+    "auto" (:func:`~torch_xla_ext.parity.replays.unrounded_precision` of the program).
+    ``capture_proto``: the program's outputs followed by a capture's module tensors
+    (``runners.run_xla``'s ``replayed``), which the rounded replay then runs instead."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     program = Program.from_hlo_proto(proto)
+    rounded_program = Program.from_hlo_proto(capture_proto) if capture_proto is not None else program
     seconds["program"] = time.perf_counter() - t0
     precision = unrounded_precision(program) if unrounded == "auto" else unrounded
     # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(Replay, program, rounded=True),
+        futures = [pool.submit(Replay, rounded_program, rounded=True),
                    pool.submit(Replay, program, rounded=False, precision=precision)]
         rounded_replay, exact_replay = (f.result() for f in futures)
     seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
@@ -97,8 +102,8 @@ class EarlyCompile:
         self._future = None
         self._unrounded = unrounded
 
-    def start(self, proto: bytes) -> None:
-        self._future = self._pool.submit(compile_replays, proto, self._unrounded)
+    def start(self, proto: bytes, capture_proto: bytes | None = None) -> None:
+        self._future = self._pool.submit(compile_replays, proto, self._unrounded, capture_proto)
 
     def take(self) -> tuple[Program, Replay, Replay, dict[str, float]] | None:
         """The compiled replays (the caller then owns them, so they can be freed), or None when
@@ -113,8 +118,9 @@ class EarlyCompile:
 
 class Replayed(NamedTuple):
     """What :func:`replay_outputs` gives: the program, the replays' outputs (None when
-    unavailable), the status ("ok" or "unavailable: <why>"), seconds per step, and the float the
-    unrounded replay computed in ("f64" or "f32")."""
+    unavailable), the status ("ok" or "unavailable: <why>"), seconds per step, the float the
+    unrounded replay computed in ("f64" or "f32"), and the rounded replay's values of the run's
+    module tensors (``run.capture_proto``; None without)."""
 
     program: Program | None
     rounded: list | None
@@ -122,6 +128,7 @@ class Replayed(NamedTuple):
     status: str
     seconds: dict[str, float]
     precision: str = "f64"
+    captured: list | None = None
 
 
 def replay_outputs(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[int, ...]], keep_args: bool = True,
@@ -130,20 +137,25 @@ def replay_outputs(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[i
     :func:`compile_replays`; ``early``: the replays' compile, already started with its own).
     Without ``keep_args``, the run's graph arguments are released during an f64 replay (its
     copies of them replace them): at real sizes these are the weights; an f32 replay keeps them,
-    so :func:`exact_outputs` can confirm in f64."""
+    so :func:`exact_outputs` can confirm in f64. With ``run.capture_proto``, the rounded replay
+    runs that program and its results after the outputs are ``captured``."""
     seconds: dict[str, float] = {}
     if run.proto is None:
         return Replayed(None, None, None, f"unavailable: {run.hlo_error}", seconds)
     try:
         compiled = early.take() if early is not None else None
-        program, rounded_replay, exact_replay, compile_seconds = compiled or compile_replays(run.proto, unrounded)
+        program, rounded_replay, exact_replay, compile_seconds = compiled or compile_replays(
+            run.proto, unrounded, run.capture_proto)
         del compiled
         seconds.update(compile_seconds)
         precision = exact_replay.precision
-        rounded = rounded_replay(run.graph_args)
+        with_capture = run.capture_proto is not None
+        rounded = rounded_replay(run.capture_args if with_capture else run.graph_args, consume=with_capture)
         seconds["run rounded replay"] = rounded_replay.seconds["run"]
         del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
         runners.release_freed_memory(collect=False)  # the run itself collected its cycle
+        captured = rounded[n_outputs:] if with_capture else None
+        rounded = rounded[:n_outputs] if with_capture else rounded
         exact = exact_replay(run.graph_args, consume=not keep_args and precision == "f64")
         seconds["run exact replay"] = exact_replay.seconds["run"]
         del exact_replay
@@ -156,7 +168,20 @@ def replay_outputs(run: runners.XlaRun, n_outputs: int, shapes: Sequence[tuple[i
         if int(np.prod(r.shape)) != int(np.prod(s)):
             return Replayed(program, None, None, f"unavailable: the program's result {k} is {list(r.shape)}, fn's "
                                                  f"output is {list(s)}", seconds, precision)
-    return Replayed(program, rounded, exact, "ok", seconds, precision)
+    return Replayed(program, rounded, exact, "ok", seconds, precision, captured)
+
+
+def reproduces(outputs: Sequence[tuple[str, Any]], rounded: Sequence[Any] | None) -> bool:
+    """Whether the rounded replay's results are the XLA run's outputs bit for bit (NaN where
+    NaN): then its values of the run's module tensors are the run's own."""
+    if rounded is None or len(rounded) != len(outputs):
+        return False
+    for (_, x), r in zip(outputs, rounded):
+        a = x.detach().double().numpy().reshape(-1)
+        b = np.asarray(r, dtype=np.float64).reshape(-1)
+        if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
+            return False
+    return True
 
 
 def exact_outputs(program: Program, run: runners.XlaRun,

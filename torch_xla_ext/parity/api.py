@@ -11,7 +11,7 @@ from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import capturing, localization, runners
 from torch_xla_ext.parity._checks import check_inputs, tolerances
 from torch_xla_ext.parity._outputs import (EarlyCompile, exact_outputs, golden_errors, output_parity, replay_outputs,
-                                           with_causes)
+                                           reproduces, with_causes)
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.report import ParityReport, Verdict
 from torch_xla_ext.parity.stablehlo import Program
@@ -77,8 +77,11 @@ def verify(
     seconds: dict[str, float] = {}
     early = EarlyCompile(unrounded="auto")
     # With localize, the XLA run is also the localisation's capture (capturing.Recorder): every
-    # module call's tensors come out of the same execution; the replays get the outputs' program.
+    # module call's tensors are traced with it. With emulate, the rounded replay computes them
+    # (it reproduces the run; as outputs of torch_xla's program they made its compile about 1.5x
+    # longer); without, the run's one execution does.
     recorder = capturing.Recorder() if localize else None
+    replayed = recorder if emulate else None
 
     def plain_golden() -> tuple[list, float]:
         # The golden starts from the inputs both sides received (rounded to dtype), so its
@@ -102,13 +105,14 @@ def verify(
                 golden, seconds["golden"] = plain_golden()
                 runners.release_freed_memory(collect=False)
             xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None,
-                                  on_program=early.start if emulate else None, run=recorder or runners.call)
+                                  on_program=early.start if emulate else None, run=recorder or runners.call,
+                                  replayed=replayed)
             runners.release_freed_memory()
             seconds["xla"] = xla.seconds
     except runners.UserFailure as f:
         early.close()
         return _exception_report(f, dtype_name, rtol, atol, t_start)
-    cap = recorder.capture(xla.outputs, tdtype) if recorder is not None else None
+    cap = recorder.capture(xla.outputs, tdtype) if recorder is not None and replayed is None else None
     paths = [p for p, _ in xla.outputs]
     if paths != [p for p, _ in cpu]:
         early.close()
@@ -149,11 +153,24 @@ def verify(
     precision = "f64"
     if emulate:
         t0 = time.perf_counter()
-        program, rounded, exact, status, replay_seconds, precision = replay_outputs(
+        program, rounded, exact, status, replay_seconds, precision, captured = replay_outputs(
             xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None,
             early=early, unrounded="auto")
         seconds.update(replay_seconds)
         seconds["replays"] = time.perf_counter() - t0
+        if replayed is not None:
+            # The rounded replay's module tensors are the run's own where it reproduces the run's
+            # outputs bit for bit; otherwise (another device, a rounding it does not model) a
+            # second XLA run computes them.
+            cap = replayed.replayed(captured if reproduces(xla.outputs, rounded) else None, xla.outputs, tdtype)
+            del captured
+            if cap is None:
+                t0 = time.perf_counter()
+                cap = capturing.capture(fn, inputs, kwargs, dtype=tdtype, seed=seed)
+                seconds["XLA capture"] = time.perf_counter() - t0
+                cap.info["source"] = "a second XLA run (the rounded replay does not reproduce the run)"
+            else:
+                cap.info["source"] = "the rounded replay (it reproduces the run's outputs bit for bit)"
     else:
         status = "unavailable: emulate=False"
     early.close()

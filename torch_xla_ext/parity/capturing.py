@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import weakref
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 from torch_xla_ext import _json
 from torch_xla_ext.parity import runners
@@ -179,25 +180,90 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
 
 class Recorder:
     """What ``runners.run_xla`` calls the prepared model with (its ``run``) to capture that run:
-    every module call's inputs and outputs stay as lazy tensors, so the run's one execution
-    computes them with its outputs; :meth:`capture` then copies them to the CPU. verify's own XLA
-    run is its localisation's capture this way, with no second trace, compile and execution."""
+    every module call's inputs and outputs stay as lazy tensors. Either the run's one execution
+    computes them with its outputs (:meth:`capture` then copies them to the CPU), or, passed as
+    ``run_xla``'s ``replayed``, they go into the rounded replay's program instead, and
+    :meth:`replayed` takes their values from its results. Either way there is no second trace,
+    compile and execution."""
 
     def __init__(self) -> None:
         self.calls: list[ModuleCall] | None = None
+        self._on_device: list[Any] = []  # device_values(): the tensors a replayed capture computes
+        self._pending: list[tuple[Any, tuple[int, ...]]] | None = None  # release(): their dtypes and shapes
 
     def __call__(self, stage: str, model: Any, args: tuple, kwargs: dict) -> Any:
         self.calls, out = record_calls(model, args, kwargs, stage=stage)
         return out
 
+    def device_values(self, device: Any) -> list[Any]:
+        """The distinct tensors of the recorded calls on ``device``, in order of first appearance:
+        what the replayed program returns after the outputs."""
+        import torch
+
+        if self.calls is None:
+            raise ParityError("Recorder.device_values: the recorder has not run a model")
+        device = torch.device(device)
+        seen: dict[int, Any] = {}
+        for c in self.calls:
+            for leaves in (c.inputs, c.outputs):
+                for t in leaves.values():
+                    if t.device == device:
+                        seen.setdefault(id(t), t)
+        self._on_device = list(seen.values())
+        return list(self._on_device)
+
+    def release(self) -> None:
+        """Lets go of the device tensors before the run executes, so its program is the outputs'
+        alone: each of :meth:`device_values` becomes its index among them (its value comes from
+        :meth:`replayed`); any other tensor (on the CPU, or when the replayed program could not
+        be made) is copied or dropped now."""
+        if self.calls is None:
+            raise ParityError("Recorder.release: the recorder has not run a model")
+        index = {id(t): k for k, t in enumerate(self._on_device)}
+        self._pending = [(t.dtype, tuple(t.shape)) for t in self._on_device]
+        self._on_device = []
+        for c in self.calls:
+            for leaves in (c.inputs, c.outputs):
+                for p, t in list(leaves.items()):
+                    k = index.get(id(t))
+                    leaves[p] = _Pending(k) if k is not None else (t.cpu() if t.device.type == "cpu" else None)
+        del index
+
+    def replayed(self, values: list[Any] | None, outputs: list[tuple[str, Any]], dtype: Any,
+                 device: Any = None) -> Capture | None:
+        """The run's capture from the replayed program's results after the outputs (``values``,
+        numpy, in :meth:`device_values`'s order, computed in the replay's types), or None when
+        they are missing or do not fit what was recorded."""
+        import torch
+
+        from torch_xla_ext.parity.runners import from_numpy
+
+        if self._pending is None:
+            raise ParityError("Recorder.replayed: release() has not run")
+        pending, self._pending = self._pending, None
+        if values is None or len(values) != len(pending):
+            return None
+        tensors = []
+        for v, (want, shape) in zip(values, pending):
+            t = from_numpy(v)
+            if t.numel() != math.prod(shape) or t.is_floating_point() != want.is_floating_point:
+                return None
+            # Exact: a narrow float comes back in float32 holding the values it rounded to.
+            tensors.append(t.reshape(shape).to(want))
+        for c in self.calls:
+            for leaves in (c.inputs, c.outputs):
+                for p, t in leaves.items():
+                    if t is None:
+                        return None
+                    if isinstance(t, _Pending):
+                        leaves[p] = tensors[t.index]
+        return self._made(outputs, dtype, device)
+
     def capture(self, outputs: list[tuple[str, Any]], dtype: Any, device: Any = None) -> Capture:
         """The run's capture (tensors on the CPU) from its float ``outputs`` (already on the CPU)
         on ``device`` (default ``torch_xla.device()``); the recorder lets go of the device tensors."""
-        import torch_xla
-
         if self.calls is None:
             raise ParityError("Recorder.capture: the recorder has not run a model")
-        calls, self.calls = self.calls, None
         on_cpu: dict[int, Any] = {}  # a tensor the recorder shared between calls is copied once
 
         def cpu(t: Any) -> Any:
@@ -205,13 +271,25 @@ class Recorder:
                 on_cpu[id(t)] = (t, t.cpu())
             return on_cpu[id(t)][1]
 
-        for c in calls:
+        for c in self.calls:
             c.inputs = {p: cpu(t) for p, t in c.inputs.items()}
             c.outputs = {p: cpu(t) for p, t in c.outputs.items()}
         del on_cpu
+        return self._made(outputs, dtype, device)
+
+    def _made(self, outputs: list[tuple[str, Any]], dtype: Any, device: Any) -> Capture:
+        import torch_xla
+
+        calls, self.calls = self.calls, None
         info = {"torch_xla": torch_xla.__version__}
         return Capture(calls, dict(outputs), str(dtype).removeprefix("torch.") if dtype else "input dtypes",
                        str(torch_xla.device() if device is None else device), info)
+
+
+class _Pending(NamedTuple):
+    """A recorded tensor whose value comes from the replayed program (its index among its values)."""
+
+    index: int
 
 
 def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, seed: int = 0,

@@ -20,7 +20,7 @@ from torch_xla_ext import _dtypes
 from torch_xla_ext.parity.errors import HloCaptureError, ParityError, ParityTypeError
 
 __all__ = ["GraphArgs", "UserFailure", "XlaRun", "call", "float_leaves", "is_cast", "move", "prepare", "run_cpu",
-           "run_xla", "torch_dtype", "to_numpy", "user_rng_preserved"]
+           "run_xla", "torch_dtype", "from_numpy", "to_numpy", "user_rng_preserved"]
 
 def torch_dtype(dtype: Any, what: str = "dtype"):
     """A torch floating dtype from "bf16"/"fp32"/... or a torch.dtype; None stays None."""
@@ -349,17 +349,25 @@ class XlaRun:
     seconds: float
     # HLO instruction -> module path (parity.explorer); None: no op metadata (XLA_HLO_DEBUG off).
     module_paths: dict[str, str] | None = None
+    # With ``replayed``: the program of the outputs and the recorded module tensors (these follow
+    # the outputs among its results), for the rounded replay, and its arguments.
+    capture_proto: bytes | None = None
+    capture_args: GraphArgs | None = None
 
 
 def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool,
-            on_program: Callable[[bytes], Any] | None = None, *, run: Callable[..., Any] = call,
-            device: Any = None, stage: str = "XLA") -> XlaRun:
-    """The XLA run on ``device`` (default ``torch_xla.device()``). ``on_program`` gets the
-    HloModuleProto of the outputs as soon as it exists, before torch_xla compiles and executes it
-    (verify starts compiling its replays there). ``run(stage, model, args, kwargs)`` calls the
-    prepared model (:func:`call`; a capture's recorder keeps every module call's tensors, which
+            on_program: Callable[..., Any] | None = None, *, run: Callable[..., Any] = call,
+            device: Any = None, stage: str = "XLA", replayed: Any = None) -> XlaRun:
+    """The XLA run on ``device`` (default ``torch_xla.device()``). ``on_program(proto,
+    capture_proto)`` gets the HloModuleProto of the outputs (and of the outputs with the recorded
+    module tensors, or None) as soon as they exist, before torch_xla compiles and executes the
+    outputs' (verify starts compiling its replays there). ``run(stage, model, args, kwargs)`` calls
+    the prepared model (:func:`call`; a capture's recorder keeps every module call's tensors, which
     the one execution then computes with the outputs, while the program given to ``on_program``
-    and kept in ``proto`` is the outputs' own)."""
+    and kept in ``proto`` is the outputs' own). ``replayed``: that recorder, whose tensors are not
+    computed by this run but go into ``capture_proto`` for the rounded replay, which reproduces
+    the run (capturing.Recorder.replayed): torch_xla compiles and executes the outputs' program
+    alone, with no module tensor among its outputs (each made XLA's compile longer)."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -378,34 +386,47 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
         with _hlo_debug.module_scopes(model if capture_hlo else None):  # module paths in the HLO
             out = run(stage, model, a, k)
     leaves = float_leaves(out, "fn")
-    proto = graph_args = err = module_paths = None
+    proto = graph_args = err = module_paths = capture_proto = capture_args = None
     if capture_hlo:
         # Before sync: afterwards the outputs are device data and the graph is gone.
         tensors = [t for _, t in leaves]
         try:
             proto, module_paths = _hlo_debug.split_metadata(_hlo.lowered_hlo_proto(tensors))
-            # The model's weights are made again for the replays from the user's model; copying
-            # them back now would hold a copy through torch_xla's compile and execution (the run's
-            # peak at real sizes). Anything else is copied now: the run may donate its buffer.
-            origin = {_hlo.tensor_id(c): (c, o) for c, o in pairs}
-            graph_args = []
-            for i, t in zip(_hlo.graph_input_ids(tensors), _hlo.graph_inputs(tensors)):
-                c, o = origin.get(i, (None, None))
-                same = c is not None and c.dtype == t.dtype and tuple(c.shape) == tuple(t.shape)
-                graph_args.append(_Recast(o, dtype) if same else to_numpy(t.cpu()))
-            graph_args = GraphArgs(graph_args)
-            del origin
+            graph_args = _graph_args(tensors, pairs, dtype)
+            extra = replayed.device_values(device) if replayed is not None else []
+            if extra:
+                capture_proto, _ = _hlo_debug.split_metadata(_hlo.lowered_hlo_proto(tensors + extra))
+                capture_args = _graph_args(tensors + extra, pairs, dtype)
+            del extra
         except (RuntimeError, ValueError) as e:  # torch_xla's own error types
             err = str(HloCaptureError(f"torch_xla could not give the HLO of the XLA run: {type(e).__name__}: {e}"))
+    if replayed is not None:
+        replayed.release()  # its device tensors die here: the sync below runs the outputs' program
     if proto is not None and on_program is not None:
-        on_program(proto)
+        on_program(proto, capture_proto)
     try:
         torch_xla.sync()
         outputs = [(p, t.cpu()) for p, t in leaves]
     except RuntimeError as e:  # torch_xla failed to execute the user's program
         raise UserFailure(stage, e) from e
     del pairs, model
-    return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0, module_paths)
+    return XlaRun(outputs, proto, graph_args, err, time.perf_counter() - t0, module_paths, capture_proto, capture_args)
+
+
+def _graph_args(tensors: list, pairs: list, dtype: Any) -> GraphArgs:
+    """The arguments of the program of ``tensors`` (the device data it reads), in its order. The
+    model's weights are made again for the replays from the user's model; copying them back now
+    would hold a copy through torch_xla's compile and execution (the run's peak at real sizes).
+    Anything else is copied now: the run may donate its buffer."""
+    from torch_xla_ext._compat import hlo as _hlo
+
+    origin = {_hlo.tensor_id(c): (c, o) for c, o in pairs}
+    items = []
+    for i, t in zip(_hlo.graph_input_ids(tensors), _hlo.graph_inputs(tensors)):
+        c, o = origin.get(i, (None, None))
+        same = c is not None and c.dtype == t.dtype and tuple(c.shape) == tuple(t.shape)
+        items.append(_Recast(o, dtype) if same else to_numpy(t.cpu()))
+    return GraphArgs(items)
 
 
 _LIBC_TRIM: Any = None
@@ -430,6 +451,17 @@ def release_freed_memory(collect: bool = True) -> None:
             _LIBC_TRIM = False
     if _LIBC_TRIM:
         _LIBC_TRIM(0)
+
+
+def from_numpy(a: Any) -> Any:
+    """A numpy array as a CPU tensor (a copy); ml_dtypes.bfloat16 as torch.bfloat16 (bit for bit)."""
+    import ml_dtypes
+    import torch
+
+    a = np.array(a, copy=True)
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def to_numpy(t: Any) -> np.ndarray:

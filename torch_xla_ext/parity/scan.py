@@ -160,7 +160,7 @@ def scan_layers(
             explanation=f"EXCEPTION: the per-layer {f.stage} run raised {text.splitlines()[0]}; the layers were "
                         f"not compared.")
     shapes = [(len(layers),) + tuple(t.shape) for t in _float_leaves(scanned[0])]
-    program, rounded, exact, status, _, _ = replay_outputs(run, len(shapes), shapes)
+    program, rounded, exact, status, *_ = replay_outputs(run, len(shapes), shapes)
     narrow = bool(program.rounding_points) if program is not None else False
     per_layer = []
     for k, (s, l, c, g) in enumerate(zip(scanned, looped, cpu, golden)):
