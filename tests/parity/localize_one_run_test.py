@@ -109,7 +109,7 @@ def test_shadow_failure_keeps_the_verdict_and_says_why_there_is_no_localisation(
     assert r.verdict in (parity.Verdict.PASS, parity.Verdict.FAIL)
     assert r.outputs and r.emulation == "matches"
     assert r.modules == ()
-    assert "The per-module localisation failed (fp64 shadow of 1: RuntimeError: called twice)" in r.explanation
+    assert "The per-module localisation failed (fp32 shadow of 1: RuntimeError: called twice)" in r.explanation
 
 
 class Recurrent(torch.nn.Module):

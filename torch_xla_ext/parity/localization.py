@@ -3,14 +3,15 @@
 The XLA run is captured per module (:mod:`.capturing`). The reference then runs on the CPU in fp64
 (the golden, from the inputs and parameters rounded to the run's dtype) with the same hooks, and
 inside each module's hook the reference module runs again on the inputs the XLA module received
-(the shadow of torch.ao.ns): in fp64, which gives the module's exact output for those inputs, and
-in the run's dtype on CPU eager, which gives the rounding error CPU eager makes for them. So, per
-module call (errors are root-mean-square differences over its floating-point outputs):
+(the shadow of torch.ao.ns): exactly, which gives the module's exact output for those inputs (in
+fp64; in fp32 for a bf16/f16 run, whose roundings are 2^13 to 2^16 times coarser, as the unrounded
+replay), and in the run's dtype on CPU eager, which gives the rounding error CPU eager makes for
+them. So, per module call (errors are root-mean-square differences over its floating-point outputs):
 
 * total error: XLA's output vs the golden's;
 * inherited error: XLA's inputs vs the golden's;
-* own error: XLA's output vs the fp64 shadow (what this module adds);
-* rounding level: CPU eager's shadow vs the fp64 shadow (what rounding costs in this module's own
+* own error: XLA's output vs the exact shadow (what this module adds);
+* rounding level: CPU eager's shadow vs the exact shadow (what rounding costs in this module's own
   ops, measured), at least ``FLOOR_ULPS`` units of roundoff of the output's RMS.
 
 A module diverges when own error / rounding level exceeds ``divergence_factor(dtype)``: that ratio is the
@@ -171,27 +172,30 @@ def divergence(own: float, cpu_rounding: float, scale: float, eps: float) -> tup
     return level, (own / level if level > 0 else math.inf)
 
 
-def _widened_class():
-    """``_Widened``: a tensor stored in a narrower float that every op sees as float64 (made once)."""
-    global _WIDENED
-    if _WIDENED is not None:
-        return _WIDENED
+def _widened_class(dtype: Any = None):
+    """``_Widened``: a tensor stored in a narrower float that every op sees as ``dtype`` (default
+    float64), one class (and one cache) per dtype, made once."""
     import torch
     from torch.utils._pytree import tree_map
 
+    dtype = torch.float64 if dtype is None else dtype
+    if dtype in _WIDENED:
+        return _WIDENED[dtype]
+
     aten = torch.ops.aten
+    wide = dtype
 
     class _Widened(torch.Tensor):
-        """A weight kept in the run's dtype (``stored``) that reads as float64: each op that takes
-        it gets ``stored`` widened to float64 (exactly: every narrower float is a float64), so the
-        golden computes in fp64 on the weights the run's dtype gives them while holding them in
-        that dtype (a quarter of a float64 copy's memory for bf16)."""
+        """A weight kept in the run's dtype (``stored``) that reads as a wider float: each op that
+        takes it gets ``stored`` widened (exactly: every narrower float is one), so the golden
+        computes in fp64 on the weights the run's dtype gives them while holding them in that
+        dtype (a quarter of a float64 copy's memory for bf16); a shadow in float32 likewise."""
 
         @staticmethod
         def __new__(cls, stored):
             return torch.Tensor._make_wrapper_subclass(cls, stored.shape, strides=stored.stride(),
                                                        storage_offset=stored.storage_offset(),
-                                                       dtype=torch.float64, device=stored.device,
+                                                       dtype=wide, device=stored.device,
                                                        requires_grad=False)
 
         def __init__(self, stored):
@@ -200,7 +204,7 @@ def _widened_class():
         def __repr__(self):
             return f"_Widened({self.stored!r})"
 
-        # The float64 copies most recently read, up to ``budget`` bytes: a module's weights are
+        # The widened copies most recently read, up to ``budget`` bytes: a module's weights are
         # read once by its golden call and again by its own and each enclosing module's fp64
         # shadow, all within its enclosing block's turn, so a budget of a block's weights widens
         # each about once. Entries keep their ``stored`` tensor (its id stays its own).
@@ -214,15 +218,15 @@ def _widened_class():
             if hit is not None:
                 cls.cache.move_to_end(id(t.stored))
                 return hit[1]
-            wide = t.stored.to(torch.float64)
-            size = wide.numel() * 8
+            widened = t.stored.to(wide)
+            size = widened.numel() * widened.element_size()
             if size <= cls.budget:
-                cls.cache[id(t.stored)] = (t.stored, wide)
+                cls.cache[id(t.stored)] = (t.stored, widened)
                 cls.held += size
                 while cls.held > cls.budget:
                     _, (_, old) = cls.cache.popitem(last=False)
-                    cls.held -= old.numel() * 8
-            return wide
+                    cls.held -= old.numel() * old.element_size()
+            return widened
 
         @classmethod
         def reset(cls, budget: int) -> None:
@@ -232,18 +236,18 @@ def _widened_class():
         @classmethod
         def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
             if func in (aten.detach.default, aten.alias.default):
-                return _Widened(args[0].stored.detach())
+                return cls(args[0].stored.detach())
 
-            def widen(t):
-                return cls.widened(t) if isinstance(t, _Widened) else t
+            def widen(t):  # any dtype's: a weight tied to one outside a float32 shadow stays float64
+                return type(t).widened(t) if type(t) in _WIDENED.values() else t
 
             return func(*tree_map(widen, args), **tree_map(widen, kwargs or {}))
 
-    _WIDENED = _Widened
+    _WIDENED[dtype] = _Widened
     return _Widened
 
 
-_WIDENED: Any = None
+_WIDENED: dict = {}
 
 
 class _GoldenWeights:
@@ -256,11 +260,19 @@ class _GoldenWeights:
     float64 copy of the model: at real sizes that copy, 2W, was the localisation's peak) and each
     floating buffer held in float64. The CPU shadow puts the unwrapped parameters and the run
     dtype's buffers in place for its call: no cast, no copy. Without a run dtype (the inputs'
-    dtypes), the golden is a float64 copy and the shadow casts each weight for its call."""
+    dtypes), the golden is a float64 copy and the shadow casts each weight for its call.
+
+    ``shadow_dtype`` is what a module's exact shadow computes in: float64, or float32 for a bf16/f16
+    run, whose roundings are 2^13 to 2^16 times coarser than float32's (the unrounded replay's
+    argument, :func:`~torch_xla_ext.parity.replays.unrounded_precision`): a module's error against
+    it is the error against its float64 output to within float32's roundoff, at float32's speed.
+    :meth:`in_shadow_dtype` puts that dtype's weights in place."""
 
     def __init__(self, reference: Any, dtype: Any):
         import torch
 
+        self.shadow_dtype = torch.float64
+        self._shadow: dict[int, Any] = {}  # id(golden tensor) -> its float32-shadow tensor
         if dtype is None:
             made: list = []
             self.model = runners.prepare(reference, "cpu", torch.float64, made=made)
@@ -270,8 +282,13 @@ class _GoldenWeights:
             return
         widened = _widened_class()
         self.model = runners.prepare(reference, "cpu", dtype)
-        # The widened copies held at once: an eighth of a float64 model (W/4).
-        widened.reset(sum(p.numel() for p in self.model.parameters() if p.is_floating_point()))
+        # The widened copies held at once: an eighth of a float64 model (W/4), and as many bytes
+        # of float32 copies for the shadows of a narrow run.
+        budget = sum(p.numel() for p in self.model.parameters() if p.is_floating_point())
+        widened.reset(budget)
+        if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps:
+            self.shadow_dtype = torch.float32
+            _widened_class(torch.float32).reset(budget)
         self._widened = True
         self._run: dict[int, Any] = {}  # id(golden tensor) -> its run-dtype tensor
         wrapped: dict[int, Any] = {}  # tied parameters stay tied
@@ -283,6 +300,9 @@ class _GoldenWeights:
                 if id(p) not in wrapped:
                     wrapped[id(p)] = torch.nn.Parameter(widened(p.detach()), requires_grad=False)
                     self._run[id(wrapped[id(p)])] = p
+                    if self.shadow_dtype == torch.float32:
+                        self._shadow[id(wrapped[id(p)])] = torch.nn.Parameter(
+                            _widened_class(torch.float32)(p.detach()), requires_grad=False)
                 swaps.append((m, name, wrapped[id(p)]))
             for name, b in m._buffers.items():
                 if b is None or not b.is_floating_point() or b.dtype == torch.float64:
@@ -290,6 +310,8 @@ class _GoldenWeights:
                 if id(b) not in wrapped:
                     wrapped[id(b)] = b.to(torch.float64)
                     self._run[id(wrapped[id(b)])] = b
+                    if self.shadow_dtype == torch.float32:
+                        self._shadow[id(wrapped[id(b)])] = b.to(torch.float32)
                 swaps.append((m, name, wrapped[id(b)]))
         for m, name, t in swaps:  # setattr: modules that cache their weights (an RNN's _flat_weights) follow
             setattr(m, name, t)
@@ -297,20 +319,30 @@ class _GoldenWeights:
     def close(self) -> None:
         """Lets go of the widened copies still held."""
         if self._widened:
-            _widened_class().reset(0)
+            for dtype in _WIDENED:
+                _widened_class(dtype).reset(0)
 
-    @contextlib.contextmanager
     def in_run_dtype(self, module: Any):
         """``module`` (of :attr:`model`) with its weights in the run's dtype for the block."""
-        swapped = [(m, name, t) for m in module.modules() for table in (m._parameters, m._buffers)
-                   for name, t in table.items() if t is not None and id(t) in self._run]
-        try:
-            for m, name, t in swapped:  # setattr, as in __init__
-                setattr(m, name, self._run[id(t)])
-            yield
-        finally:
-            for m, name, t in swapped:
-                setattr(m, name, t)
+        return _swapped(module, self._run)
+
+    def in_shadow_dtype(self, module: Any):
+        """``module`` with its weights read in :attr:`shadow_dtype` for the block (a no-op for float64)."""
+        return _swapped(module, self._shadow)
+
+
+@contextlib.contextmanager
+def _swapped(module: Any, table: dict[int, Any]):
+    """``module``'s parameters and buffers replaced by ``table[id(tensor)]`` for the block."""
+    swapped = [(m, name, t) for m in module.modules() for tensors in (m._parameters, m._buffers)
+               for name, t in tensors.items() if t is not None and id(t) in table]
+    try:
+        for m, name, t in swapped:  # setattr, as in _GoldenWeights.__init__
+            setattr(m, name, table[id(t)])
+        yield
+    finally:
+        for m, name, t in swapped:
+            setattr(m, name, t)
 
 
 def _same_values(xla: dict[str, Any], golden: dict[str, Any]) -> bool:
@@ -348,7 +380,7 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
     dropped from ``cap`` (and ``eager``) once compared (``cap`` keeps only its final outputs).
     ``eager``: CPU eager's own module calls in the run's dtype (``record_calls``; the list is
     emptied); where a call's XLA inputs are both the golden's and CPU eager's, CPU eager's output
-    is its CPU shadow and its golden call its fp64 shadow, so neither runs again (the model and
+    is its CPU shadow and its golden call its exact shadow, so neither runs again (the model and
     its outermost blocks, fed token ids). ``inputs`` and ``kwargs`` are checked by the caller (``check_inputs``)."""
     import torch
 
@@ -369,7 +401,9 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
     with runners.user_rng_preserved():
         torch.manual_seed(seed)
         golden = _GoldenWeights(reference, tdtype)
-        to64 = lambda t: t.detach().to(torch.float64).clone() if t.is_floating_point() else t.clone()  # noqa: E731
+        wide = golden.shadow_dtype
+        shadow_name = "fp64" if wide == torch.float64 else "fp32"
+        to_wide = lambda t: t.detach().to(wide).clone() if t.is_floating_point() else t.clone()  # noqa: E731
         as_run = lambda t: t.detach().clone()  # noqa: E731
 
         def on_call(module: Any, path: str, n: int, a: tuple, k: dict, out: Any, golden_in: dict) -> None:
@@ -385,7 +419,7 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
                 runners.release_freed_memory(collect=False)
             inherited = rms_error(xla.inputs, golden_in, limit)
             # XLA gave this call exactly what the golden gave it (token ids, the first
-            # embeddings): its fp64 shadow would repeat the golden's own call.
+            # embeddings): its exact shadow would repeat the golden's own call.
             as_golden = inherited == 0.0 and _same_values(xla.inputs, golden_in)
             seen = eager_calls.pop((path, n), None)
             # CPU eager's own call had these inputs: its output is the CPU shadow.
@@ -395,8 +429,10 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
                 if as_golden:
                     shadow = out
                 else:
-                    sa, sk = _substitute((a, k), "", xla.inputs, to64)
-                    shadow = runners.call(f"fp64 shadow of {path or '<root>'}", module, sa, sk)
+                    # Inside widened(): the golden's float64 mode would make the cast to float32 float64.
+                    with golden.in_shadow_dtype(module), runners.widened(wide):
+                        sa, sk = _substitute((a, k), "", xla.inputs, to_wide)
+                        shadow = runners.call(f"{shadow_name} shadow of {path or '<root>'}", module, sa, sk)
                     del sa, sk
                 if cpu_leaves is None:
                     with runners.narrowing():  # the CPU shadow runs in the run's dtype, as written

@@ -203,43 +203,48 @@ def call(stage: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
 _WIDENING = contextvars.ContextVar("txe_parity_widening", default=False)
 
 
-def _fp64_mode():
-    """A TorchFunctionMode under which a float64 run stays float64: every request for a narrower
-    float (``x.to(torch.float32)``, ``x.float()``, ``dtype=torch.float32``) gets float64. Models
-    upcast on purpose (T5's and Llama's RMSNorm compute ``hidden.to(torch.float32)``); in the fp64
-    golden that upcast would round to f32, so the golden would carry f32 error the exact replay
-    (every float f64) does not, and the same math would look like a different one."""
+def _widening_mode(target: Any, gated: bool):
+    """A TorchFunctionMode under which a ``target`` (float64 or float32) run stays in ``target``:
+    every request for a narrower float (``x.to(torch.float32)``, ``x.float()``,
+    ``dtype=torch.float32``) gets ``target``. Models upcast on purpose (T5's and Llama's RMSNorm
+    compute ``hidden.to(torch.float32)``); in the fp64 golden that upcast would round to f32, so the
+    golden would carry f32 error the exact replay (every float f64) does not, and the same math
+    would look like a different one. ``gated``: only while ``_WIDENING`` is set (the golden's own
+    mode, which its CPU shadows switch off)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
-    narrow = {torch.float32, torch.float16, torch.bfloat16}
-    to_double = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+    floats = {torch.float64: 64, torch.float32: 32, torch.float16: 16, torch.bfloat16: 16}
+    narrow = {d for d, bits in floats.items() if bits < floats[target]}
+    to_target = {m for m, d in ((torch.Tensor.float, torch.float32), (torch.Tensor.half, torch.float16),
+                                (torch.Tensor.bfloat16, torch.bfloat16)) if d in narrow}
+    method = torch.Tensor.double if target == torch.float64 else torch.Tensor.float
 
     def widen(v: Any) -> Any:
-        return torch.float64 if v in narrow else v
+        return target if v in narrow else v
 
-    class Fp64(TorchFunctionMode):
+    class Widening(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if not _WIDENING.get():  # parity's own narrow work inside a golden run (a CPU shadow)
+            if gated and not _WIDENING.get():  # parity's own narrow work inside a golden run (a CPU shadow)
                 return func(*args, **(kwargs or {}))
             kwargs = dict(kwargs or {})
             if "dtype" in kwargs:
                 kwargs["dtype"] = widen(kwargs["dtype"])
-            if func in to_double:
-                func = torch.Tensor.double
+            if func in to_target:
+                func = method
             elif func in (torch.Tensor.to, torch.Tensor.type) and args:
                 rest = []
                 for a in args[1:]:
                     if isinstance(a, torch.Tensor) and a.dtype in narrow:  # x.to(other): other's device
                         a = a.device
                         rest.append(a)
-                        rest.append(torch.float64)
+                        rest.append(target)
                         continue
                     rest.append(widen(a))
                 args = (args[0], *rest)
             return func(*args, **kwargs)
 
-    return Fp64()
+    return Widening()
 
 
 @contextlib.contextmanager
@@ -247,7 +252,7 @@ def default_dtype(dtype: Any):
     """For a float64 run (``dtype`` float64): torch's default dtype set to float64 for the
     duration, so models that make tensors from Python numbers (transformers' attention masks fill
     ``torch.finfo(dtype).min`` into a default-dtype tensor) run in fp64 as a whole, and every
-    explicit narrowing to a float32/16 dtype widened to float64 (:func:`_fp64_mode`)."""
+    explicit narrowing to a float32/16 dtype widened to float64 (:func:`_widening_mode`)."""
     import torch
 
     if dtype != torch.float64:
@@ -257,7 +262,28 @@ def default_dtype(dtype: Any):
     torch.set_default_dtype(torch.float64)
     token = _WIDENING.set(True)
     try:
-        with _fp64_mode():
+        with _widening_mode(torch.float64, gated=True):
+            yield
+    finally:
+        _WIDENING.reset(token)
+        torch.set_default_dtype(before)
+
+
+@contextlib.contextmanager
+def widened(dtype: Any):
+    """Inside a float64 run (:func:`default_dtype`), runs the block in ``dtype`` the way that run
+    runs in float64: for float32, torch's default dtype is float32 and every request for a narrower
+    float gets float32 (a localisation's float32 shadow). float64 changes nothing."""
+    import torch
+
+    if dtype == torch.float64:
+        yield
+        return
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    token = _WIDENING.set(False)  # the enclosing float64 mode lets this block's float32 be
+    try:
+        with _widening_mode(dtype, gated=False):
             yield
     finally:
         _WIDENING.reset(token)
