@@ -166,7 +166,10 @@ def verify(
             del captured
             if cap is None:
                 t0 = time.perf_counter()
-                cap = capturing.capture(fn, inputs, kwargs, dtype=tdtype, seed=seed)
+                try:
+                    cap = capturing.capture(fn, inputs, kwargs, dtype=tdtype, seed=seed)
+                except runners.UserFailure as f:
+                    return _exception_report(f, dtype_name, rtol, atol, t_start)
                 seconds["XLA capture"] = time.perf_counter() - t0
                 cap.info["source"] = "a second XLA run (the rounded replay does not reproduce the run)"
             else:
