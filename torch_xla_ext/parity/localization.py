@@ -36,15 +36,14 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
-from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import runners
+from torch_xla_ext.parity._golden import GoldenWeights
 from torch_xla_ext.parity._checks import check_inputs, tolerances
 from torch_xla_ext.parity._outputs import output_parity
 from torch_xla_ext.parity.capturing import Capture, ModuleCall, load_capture, record_calls
@@ -69,12 +68,16 @@ FLOOR_ULPS = 1.0
 LARGE_OUTPUT = 1 << 20  # elements of a module call's outputs (8 MB in float64) worth a heap trim
 
 
-def divergence_factor(dtype: Any) -> float:
-    """The threshold on own/rounding for a run in ``dtype`` (a torch dtype; None: the inputs' own)."""
+def _narrow(dtype: Any) -> bool:
+    """Whether a run in ``dtype`` (None: the inputs' own) rounds coarser than float32 (bf16, f16)."""
     import torch
 
-    eps = torch.finfo(dtype or torch.float32).eps
-    return DIVERGENCE_FACTORS["narrow" if eps > torch.finfo(torch.float32).eps else "wide"]
+    return torch.finfo(dtype or torch.float32).eps > torch.finfo(torch.float32).eps
+
+
+def divergence_factor(dtype: Any) -> float:
+    """The threshold on own/rounding for a run in ``dtype`` (a torch dtype; None: the inputs' own)."""
+    return DIVERGENCE_FACTORS["narrow" if _narrow(dtype) else "wide"]
 
 
 def _substitute(tree: Any, path: str, mapping: dict[str, Any], convert: Any) -> Any:
@@ -172,179 +175,6 @@ def divergence(own: float, cpu_rounding: float, scale: float, eps: float) -> tup
     return level, (own / level if level > 0 else math.inf)
 
 
-def _widened_class(dtype: Any = None):
-    """``_Widened``: a tensor stored in a narrower float that every op sees as ``dtype`` (default
-    float64), one class (and one cache) per dtype, made once."""
-    import torch
-    from torch.utils._pytree import tree_map
-
-    dtype = torch.float64 if dtype is None else dtype
-    if dtype in _WIDENED:
-        return _WIDENED[dtype]
-
-    aten = torch.ops.aten
-    wide = dtype
-
-    class _Widened(torch.Tensor):
-        """A weight kept in the run's dtype (``stored``) that reads as a wider float: each op that
-        takes it gets ``stored`` widened (exactly: every narrower float is one), so the golden
-        computes in fp64 on the weights the run's dtype gives them while holding them in that
-        dtype (a quarter of a float64 copy's memory for bf16); a shadow in float32 likewise."""
-
-        @staticmethod
-        def __new__(cls, stored):
-            return torch.Tensor._make_wrapper_subclass(cls, stored.shape, strides=stored.stride(),
-                                                       storage_offset=stored.storage_offset(),
-                                                       dtype=wide, device=stored.device,
-                                                       requires_grad=False)
-
-        def __init__(self, stored):
-            self.stored = stored
-
-        def __repr__(self):
-            return f"_Widened({self.stored!r})"
-
-        # The widened copies most recently read, up to ``budget`` bytes: a module's weights are
-        # read once by its golden call and again by its own and each enclosing module's fp64
-        # shadow, all within its enclosing block's turn, so a budget of a block's weights widens
-        # each about once. Entries keep their ``stored`` tensor (its id stays its own).
-        cache: OrderedDict = OrderedDict()
-        budget = 0
-        held = 0
-
-        @classmethod
-        def widened(cls, t):
-            hit = cls.cache.get(id(t.stored))
-            if hit is not None:
-                cls.cache.move_to_end(id(t.stored))
-                return hit[1]
-            widened = t.stored.to(wide)
-            size = widened.numel() * widened.element_size()
-            if size <= cls.budget:
-                cls.cache[id(t.stored)] = (t.stored, widened)
-                cls.held += size
-                while cls.held > cls.budget:
-                    _, (_, old) = cls.cache.popitem(last=False)
-                    cls.held -= old.numel() * old.element_size()
-            return widened
-
-        @classmethod
-        def reset(cls, budget: int) -> None:
-            cls.cache.clear()
-            cls.budget, cls.held = budget, 0
-
-        @classmethod
-        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-            if func in (aten.detach.default, aten.alias.default):
-                return cls(args[0].stored.detach())
-
-            def widen(t):  # any dtype's: a weight tied to one outside a float32 shadow stays float64
-                return type(t).widened(t) if type(t) in _WIDENED.values() else t
-
-            return func(*tree_map(widen, args), **tree_map(widen, kwargs or {}))
-
-    _WIDENED[dtype] = _Widened
-    return _Widened
-
-
-_WIDENED: dict = {}
-
-
-class _GoldenWeights:
-    """The fp64 golden's copy of the reference, whose modules also run as the CPU shadow in the
-    run's dtype.
-
-    With a run dtype, the copy is the reference cast to that dtype exactly as ``runners.prepare``
-    casts it for a CPU eager run (W/2 for bf16), each floating parameter wrapped so that every op
-    reads it in float64 (``_Widened``: the golden's float64 weights, value for value, without a
-    float64 copy of the model: at real sizes that copy, 2W, was the localisation's peak) and each
-    floating buffer held in float64. The CPU shadow puts the unwrapped parameters and the run
-    dtype's buffers in place for its call: no cast, no copy. Without a run dtype (the inputs'
-    dtypes), the golden is a float64 copy and the shadow casts each weight for its call.
-
-    ``shadow_dtype`` is what a module's exact shadow computes in: float64, or float32 for a bf16/f16
-    run, whose roundings are 2^13 to 2^16 times coarser than float32's (the unrounded replay's
-    argument, :func:`~torch_xla_ext.parity.replays.unrounded_precision`): a module's error against
-    it is the error against its float64 output to within float32's roundoff, at float32's speed.
-    :meth:`in_shadow_dtype` puts that dtype's weights in place."""
-
-    def __init__(self, reference: Any, dtype: Any):
-        import torch
-
-        self.shadow_dtype = torch.float64
-        self._shadow: dict[int, Any] = {}  # id(golden tensor) -> its float32-shadow tensor
-        if dtype is None:
-            made: list = []
-            self.model = runners.prepare(reference, "cpu", torch.float64, made=made)
-            self._run = {id(c): torch.nn.Parameter(runners.cast_on_cpu(o, None), requires_grad=False)
-                         if isinstance(c, torch.nn.Parameter) else runners.cast_on_cpu(o, None) for c, o in made}
-            self._widened = False
-            return
-        widened = _widened_class()
-        self.model = runners.prepare(reference, "cpu", dtype)
-        # The widened copies held at once: an eighth of a float64 model (W/4), and as many bytes
-        # of float32 copies for the shadows of a narrow run.
-        budget = sum(p.numel() for p in self.model.parameters() if p.is_floating_point())
-        widened.reset(budget)
-        if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps:
-            self.shadow_dtype = torch.float32
-            _widened_class(torch.float32).reset(budget)
-        self._widened = True
-        self._run: dict[int, Any] = {}  # id(golden tensor) -> its run-dtype tensor
-        wrapped: dict[int, Any] = {}  # tied parameters stay tied
-        swaps: list[tuple[Any, str, Any]] = []
-        for m in self.model.modules():
-            for name, p in m._parameters.items():
-                if p is None or not p.is_floating_point() or p.dtype == torch.float64:
-                    continue
-                if id(p) not in wrapped:
-                    wrapped[id(p)] = torch.nn.Parameter(widened(p.detach()), requires_grad=False)
-                    self._run[id(wrapped[id(p)])] = p
-                    if self.shadow_dtype == torch.float32:
-                        self._shadow[id(wrapped[id(p)])] = torch.nn.Parameter(
-                            _widened_class(torch.float32)(p.detach()), requires_grad=False)
-                swaps.append((m, name, wrapped[id(p)]))
-            for name, b in m._buffers.items():
-                if b is None or not b.is_floating_point() or b.dtype == torch.float64:
-                    continue
-                if id(b) not in wrapped:
-                    wrapped[id(b)] = b.to(torch.float64)
-                    self._run[id(wrapped[id(b)])] = b
-                    if self.shadow_dtype == torch.float32:
-                        self._shadow[id(wrapped[id(b)])] = b.to(torch.float32)
-                swaps.append((m, name, wrapped[id(b)]))
-        for m, name, t in swaps:  # setattr: modules that cache their weights (an RNN's _flat_weights) follow
-            setattr(m, name, t)
-
-    def close(self) -> None:
-        """Lets go of the widened copies still held."""
-        if self._widened:
-            for dtype in _WIDENED:
-                _widened_class(dtype).reset(0)
-
-    def in_run_dtype(self, module: Any):
-        """``module`` (of :attr:`model`) with its weights in the run's dtype for the block."""
-        return _swapped(module, self._run)
-
-    def in_shadow_dtype(self, module: Any):
-        """``module`` with its weights read in :attr:`shadow_dtype` for the block (a no-op for float64)."""
-        return _swapped(module, self._shadow)
-
-
-@contextlib.contextmanager
-def _swapped(module: Any, table: dict[int, Any]):
-    """``module``'s parameters and buffers replaced by ``table[id(tensor)]`` for the block."""
-    swapped = [(m, name, t) for m in module.modules() for tensors in (m._parameters, m._buffers)
-               for name, t in tensors.items() if t is not None and id(t) in table]
-    try:
-        for m, name, t in swapped:  # setattr, as in _GoldenWeights.__init__
-            setattr(m, name, table[id(t)])
-        yield
-    finally:
-        for m, name, t in swapped:
-            setattr(m, name, t)
-
-
 def _same_values(xla: dict[str, Any], golden: dict[str, Any]) -> bool:
     """Whether a call's XLA inputs are the golden's, value for value (floats compared in float64;
     a NaN anywhere counts as different)."""
@@ -400,7 +230,10 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
 
     with runners.user_rng_preserved():
         torch.manual_seed(seed)
-        golden = _GoldenWeights(reference, tdtype)
+        # The exact shadow of a narrow run computes in float32, whose roundoff is 2^13 to 2^16
+        # times finer than the run's roundings (the unrounded replay's argument,
+        # replays.unrounded_precision): its figures are float64's to within that roundoff.
+        golden = GoldenWeights(reference, tdtype, torch.float32 if _narrow(tdtype) else torch.float64)
         wide = golden.shadow_dtype
         shadow_name = "fp64" if wide == torch.float64 else "fp32"
         to_wide = lambda t: t.detach().to(wide).clone() if t.is_floating_point() else t.clone()  # noqa: E731
