@@ -214,8 +214,8 @@ def _widening_mode(target: Any, gated: bool):
     import torch
     from torch.overrides import TorchFunctionMode
 
-    floats = {torch.float64: 64, torch.float32: 32, torch.float16: 16, torch.bfloat16: 16}
-    narrow = {d for d, bits in floats.items() if bits < floats[target]}
+    bits = torch.finfo(target).bits
+    narrow = {d for d in (torch.float32, torch.float16, torch.bfloat16) if torch.finfo(d).bits < bits}
     to_target = {m for m, d in ((torch.Tensor.float, torch.float32), (torch.Tensor.half, torch.float16),
                                 (torch.Tensor.bfloat16, torch.bfloat16)) if d in narrow}
     method = torch.Tensor.double if target == torch.float64 else torch.Tensor.float
@@ -258,15 +258,8 @@ def default_dtype(dtype: Any):
     if dtype != torch.float64:
         yield
         return
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    token = _WIDENING.set(True)
-    try:
-        with _widening_mode(torch.float64, gated=True):
-            yield
-    finally:
-        _WIDENING.reset(token)
-        torch.set_default_dtype(before)
+    with _run_widened(torch.float64, gated=True):
+        yield
 
 
 @contextlib.contextmanager
@@ -279,11 +272,22 @@ def widened(dtype: Any):
     if dtype == torch.float64:
         yield
         return
+    # Not gated, and the enclosing float64 mode (gated) lets this block's float32 be.
+    with _run_widened(dtype, gated=False):
+        yield
+
+
+@contextlib.contextmanager
+def _run_widened(dtype: Any, gated: bool):
+    """The block with torch's default dtype ``dtype``, ``_WIDENING`` set to ``gated`` and a
+    :func:`_widening_mode` to ``dtype`` active."""
+    import torch
+
     before = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
-    token = _WIDENING.set(False)  # the enclosing float64 mode lets this block's float32 be
+    token = _WIDENING.set(gated)
     try:
-        with _widening_mode(dtype, gated=False):
+        with _widening_mode(dtype, gated=gated):
             yield
     finally:
         _WIDENING.reset(token)
