@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["DType", "ROWS", "NARROW_FLOATS", "X64_ONLY", "find", "by_name", "by_mlir", "by_safetensors", "float_format", "numpy_dtype",
+           "tensor_from_numpy",
            "name_of", "torch_dtype", "from_torch"]
 
 
@@ -109,6 +110,18 @@ def float_format(name: str) -> tuple[int, int]:
 
     fi = ml_dtypes.finfo(numpy_dtype(name))
     return int(fi.nexp), int(fi.nmant)
+
+
+def tensor_from_numpy(a: Any) -> Any:
+    """A numpy array as a CPU torch tensor of the same dtype, bit for bit (a copy); ml_dtypes'
+    types (bfloat16, float8), which ``torch.from_numpy`` refuses, move as their bits (imports torch)."""
+    import torch
+
+    a = np.array(a, copy=True, order="C")
+    name = a.dtype.name
+    if name == "bool" or hasattr(np, name):
+        return torch.from_numpy(a)
+    return torch.from_numpy(a.view(f"uint{8 * a.dtype.itemsize}")).view(torch_dtype(name))
 
 
 def name_of(dt: Any) -> str:

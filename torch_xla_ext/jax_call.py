@@ -371,14 +371,7 @@ def _constants_on(entry: _Entry, device: torch.device) -> list[torch.Tensor]:
     if tensors is None:
         tensors = []
         for c in entry.const_values:
-            torch_dtype = JAX_TO_TORCH[c.dtype.name]
-            if c.dtype.kind == "V" or c.dtype.name.startswith(("bfloat16", "float8")):
-                # ml_dtypes arrays do not cross into torch directly: move the bits.
-                bits = np.ascontiguousarray(c).view(f"uint{8 * c.dtype.itemsize}")
-                t = torch.from_numpy(bits.copy()).view(torch_dtype)
-            else:
-                t = torch.from_numpy(np.array(c, copy=True))
-            tensors.append(t.to(device))
+            tensors.append(_dtypes.tensor_from_numpy(c).to(device))
         entry.const_tensors[key] = tensors
     return tensors
 

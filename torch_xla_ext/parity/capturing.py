@@ -29,7 +29,7 @@ import os
 import weakref
 from typing import Any, Callable, Literal, NamedTuple
 
-from torch_xla_ext import _json
+from torch_xla_ext import _dtypes, _json
 from torch_xla_ext.parity import runners
 from torch_xla_ext.parity._checks import check_inputs
 from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityError, ParityTypeError
@@ -234,10 +234,6 @@ class Recorder:
         """The run's capture from the replayed program's results after the outputs (``values``,
         numpy, in :meth:`device_values`'s order, computed in the replay's types), or None when
         they are missing or do not fit what was recorded."""
-        import torch
-
-        from torch_xla_ext.parity.runners import from_numpy
-
         if self._pending is None:
             raise ParityError("Recorder.replayed: release() has not run")
         pending, self._pending = self._pending, None
@@ -245,7 +241,7 @@ class Recorder:
             return None
         tensors = []
         for v, (want, shape) in zip(values, pending):
-            t = from_numpy(v)
+            t = _dtypes.tensor_from_numpy(v)
             if t.numel() != math.prod(shape) or t.is_floating_point() != want.is_floating_point:
                 return None
             # Exact: a narrow float comes back in float32 holding the values it rounded to.

@@ -20,7 +20,7 @@ from torch_xla_ext import _dtypes
 from torch_xla_ext.parity.errors import HloCaptureError, ParityError, ParityTypeError
 
 __all__ = ["GraphArgs", "UserFailure", "XlaRun", "call", "float_leaves", "is_cast", "move", "prepare", "run_cpu",
-           "run_xla", "torch_dtype", "from_numpy", "to_numpy", "user_rng_preserved"]
+           "run_xla", "torch_dtype", "to_numpy", "user_rng_preserved"]
 
 def torch_dtype(dtype: Any, what: str = "dtype"):
     """A torch floating dtype from "bf16"/"fp32"/... or a torch.dtype; None stays None."""
@@ -481,17 +481,6 @@ def release_freed_memory(collect: bool = True) -> None:
             _LIBC_TRIM = False
     if _LIBC_TRIM:
         _LIBC_TRIM(0)
-
-
-def from_numpy(a: Any) -> Any:
-    """A numpy array as a CPU tensor (a copy); ml_dtypes.bfloat16 as torch.bfloat16 (bit for bit)."""
-    import ml_dtypes
-    import torch
-
-    a = np.array(a, copy=True)
-    if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
 
 
 def to_numpy(t: Any) -> np.ndarray:
