@@ -126,3 +126,41 @@ def test_verify_localize_leaves_the_model_as_it_was():
     for k in before:
         assert after[k].dtype == before[k].dtype and torch.equal(after[k], before[k]), k
     assert model.b.weight is model.a.weight and model.norm.shift is model.shift
+
+
+class KeepsAView(torch.nn.Module):
+    """Eight linears of one shape; the root reads the first one's weight through a view it keeps
+    until every other layer has run (the golden's widened copies of the others then come and go)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32, bias=False) for _ in range(8))
+
+    def forward(self, x):
+        kept = self.layers[0].weight.t()  # a view of the golden's float64 copy of that weight
+        h = x @ kept
+        for layer in self.layers[1:]:
+            h = torch.tanh(layer(h))
+        return h @ kept
+
+
+def test_the_golden_never_reuses_the_memory_of_a_weight_copy_still_in_view():
+    """The golden holds a few widened weights and writes a new one into the memory of one that
+    left (golden.py). A view kept across the other layers must still read its own weight. Oracle:
+    the model in float64 on the bf16-rounded weights and input, run by torch directly."""
+    from torch_xla_ext.parity import localization
+
+    model = KeepsAView().eval()
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(4))
+    cap = parity.capture(model, (x,), dtype="bf16")
+    found = localization.module_pass(cap, model, (x,), {}, 0)
+    reference = KeepsAView().eval()
+    reference.load_state_dict(model.state_dict())
+    reference = reference.to(torch.bfloat16).to(torch.float64)
+    with torch.no_grad():
+        want = reference(x.to(torch.bfloat16).to(torch.float64))
+    (path, golden), = found.golden
+    assert torch.equal(golden, want), float((golden - want).abs().max())
+    # The shadows of the seven layers called as modules ran too (each widened its weight again).
+    assert sorted(m.path for m in found.modules) == sorted([""] + [f"layers.{i}" for i in range(1, 8)])
