@@ -121,3 +121,27 @@ def test_llama_swapped_activation_is_found():
     check_one_figure(r)
     assert r.first_divergent_module == path, r.module_table()
 
+
+
+def test_rms_error_agrees_with_numpy_and_reads_nan_as_the_rule_says():
+    """RMS of a - b in float64 (numpy as the oracle); NaN on both sides agrees, NaN on one side is
+    an infinite error; values beyond the limit count as the limit."""
+    import math
+
+    import numpy as np
+
+    from torch_xla_ext.parity import localization
+
+    g = torch.Generator().manual_seed(5)
+    a = {"x": torch.randn(64, 8, generator=g), "y": torch.randn(3, generator=g).to(torch.bfloat16)}
+    b = {"x": torch.randn(64, 8, generator=g, dtype=torch.float64), "y": torch.randn(3, generator=g)}
+    want = math.sqrt(float(np.mean(np.concatenate([(a[k].double().numpy() - b[k].double().numpy()).ravel()
+                                                    for k in ("x", "y")]) ** 2)))
+    assert math.isclose(localization.rms_error(a, b, 1e30), want, rel_tol=1e-12)
+    both = ({"x": torch.tensor([1.0, math.nan, 2.0])}, {"x": torch.tensor([0.0, math.nan, 2.0])})
+    assert math.isclose(localization.rms_error(*both, 1e30), math.sqrt(1 / 3), rel_tol=1e-12)
+    one = ({"x": torch.tensor([1.0, 5.0])}, {"x": torch.tensor([1.0, math.nan])})
+    assert localization.rms_error(*one, 1e30) == math.inf
+    assert localization.rms_error(one[1], one[0], 1e30) == math.inf
+    clamped = ({"x": torch.tensor([1e6, 0.0])}, {"x": torch.tensor([0.0, 0.0])})
+    assert math.isclose(localization.rms_error(*clamped, 10.0), math.sqrt(100 / 2), rel_tol=1e-12)

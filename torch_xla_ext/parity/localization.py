@@ -149,12 +149,13 @@ def rms_error(a: dict[str, Any], b: dict[str, Any], limit: float) -> float:
     if not paths:
         return 0.0
     x, y = _flat(a, limit, paths), _flat_read(b, limit, paths)
-    both_nan = torch.isnan(x) & torch.isnan(y)
     d = x.sub_(y)  # x is ours (fresh): the difference in place
-    del x, y
-    d[both_nan] = 0.0
-    if bool(torch.isnan(d).any()):
-        return math.inf
+    del x
+    if bool(torch.isnan(d).any()):  # clamped values hold no infinity: NaN on one side or both
+        d[torch.isnan(_flat(a, limit, paths)) & torch.isnan(y)] = 0.0
+        if bool(torch.isnan(d).any()):
+            return math.inf
+    del y
     return _rms_of(d)
 
 
