@@ -239,10 +239,11 @@ def _swap_transposed_dots(module: Any) -> int:
         attrs = {"dot_dimension_numbers": ir.Attribute.parse(
             "#stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>")}
         if "precision_config" in op.attributes:  # one entry per operand: swapped with them
-            attrs["precision_config"] = ir.ArrayAttr.get(list(reversed(list(ir.ArrayAttr(op.attributes["precision_config"])))))
+            precision = list(ir.ArrayAttr(op.attributes["precision_config"]))
+            attrs["precision_config"] = ir.ArrayAttr.get(precision[::-1])
         with ir.InsertionPoint(op), op.location:
-            product = ir.Operation.create("stablehlo.dot_general", results=[ir.RankedTensorType.get([n, m], rt.element_type)],
-                                          operands=[w, x], attributes=attrs).results[0]
+            product = ir.Operation.create("stablehlo.dot_general", operands=[w, x], attributes=attrs,
+                                          results=[ir.RankedTensorType.get([n, m], rt.element_type)]).results[0]
             kept = ir.Operation.create("stablehlo.optimization_barrier", results=[product.type],
                                        operands=[product]).results[0]
             out = ir.Operation.create("stablehlo.transpose", results=[rt], operands=[kept],
@@ -256,8 +257,6 @@ def _swap_transposed_dots(module: Any) -> int:
 def _plain_matmul(op: Any) -> bool:
     """Whether a ``dot_general`` is a plain matrix product (contracting lhs dim 1 with rhs dim 0,
     no batch dimensions) with no algorithm of its own."""
-    from jax.extend.mlir import ir
-
     if "algorithm" in op.attributes:
         return False
     text = str(op.attributes["dot_dimension_numbers"])
