@@ -1,6 +1,7 @@
-"""How the replays lay out torch_xla's programs for XLA:CPU without changing a bit of what they
-compute: ``x @ transpose(w)`` (torch_xla's ``nn.Linear``) runs as ``transpose(w @ x^T)``, and both
-replays schedule for memory, so a bf16 program's weights are widened to f32 one at a time.
+"""How the replays lay out torch_xla's programs for XLA:CPU: in the unrounded replays
+``x @ transpose(w)`` (torch_xla's ``nn.Linear``) runs as ``transpose(w @ x^T)``, while the rounded
+replay keeps torch_xla's dots (its bits are the run's); both replays schedule for memory, so a
+bf16 program's weights are widened to f32 one at a time, without changing a bit.
 
 Oracles: JAX's own XLA:CPU compile of the same product (``jnp.dot(x, w.T)`` in bf16, which XLA
 computes in f32 and rounds once, as torch_xla's XLA:CPU does) for the rounded replay, bit for bit;
@@ -33,10 +34,12 @@ def _args(seed):
     return [rng.standard_normal((M, K)).astype(BF16), rng.standard_normal((N, K)).astype(BF16)]
 
 
-def test_a_linear_runs_swapped_and_the_rounded_replay_keeps_xla_bits():
+def test_the_rounded_replay_keeps_torch_xlas_dots_and_xlas_bits():
+    """Swapped, XLA:CPU would pick its kernel by the swapped output's shape, and a skinny product
+    (few rows: an MoE expert's tokens) would sum in another order."""
     program = parity.Program(LINEAR)
     rounded = parity.Replay(program, rounded=True)
-    assert rounded.swapped_dots == 1
+    assert rounded.swapped_dots == 0
     jax_dot = jax.jit(lambda x, w: jnp.dot(x, w.T))
     for seed in range(3):
         x, w = _args(seed)
