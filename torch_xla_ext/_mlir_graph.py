@@ -23,13 +23,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import numpy as np
 
 from torch_xla_ext._compat import jax_mlir
 
-__all__ = ["COLLECTIVE_OPS", "GraphOp", "ValueGraph", "pre_order", "tensor_type", "walk"]
+__all__ = ["COLLECTIVE_OPS", "GraphOp", "ValueGraph", "dot_dimensions", "pre_order", "tensor_type", "walk"]
 
 COLLECTIVE_OPS = frozenset(f"stablehlo.{n}" for n in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
                                                       "collective_permute", "collective_broadcast"))
@@ -151,7 +152,7 @@ def walk(func: Any, *, nested: bool = True, error: type[Exception] = ValueError)
                 g.splat = _splat_float(attr)
         elif op_name == "stablehlo.dot_general":
             dims = ir.Attribute(op.attributes["dot_dimension_numbers"])
-            g.attributes.append(("batching_dims", str(len(_dot_batching_dims(dims)))))
+            g.attributes.append(("batching_dims", str(len(dot_dimensions(dims).get("lhs_batching_dimensions", [])))))
         if op_name in COLLECTIVE_OPS and "replica_groups" in op.attributes:
             arr = np.array(ir.DenseIntElementsAttr(op.attributes["replica_groups"]))
             g.replica_groups = [[int(x) for x in row] for row in arr.reshape(arr.shape[0], -1)] if arr.size else []
@@ -180,13 +181,9 @@ def _splat_float(attr: Any) -> float | None:
     return None
 
 
-def _dot_batching_dims(dims: Any) -> list[int]:
-    """lhs batching dimensions of a ``#stablehlo.dot<...>`` attribute."""
-    text = str(dims)
-    key = "lhs_batching_dimensions = ["
-    start = text.find(key)
-    if start < 0:
-        return []
-    end = text.find("]", start)
-    inner = text[start + len(key):end].strip()
-    return [int(x) for x in inner.split(",") if x.strip()]
+def dot_dimensions(dims: Any) -> dict[str, list[int]]:
+    """The dimension lists of a ``#stablehlo.dot<...>`` attribute by name
+    (``lhs_batching_dimensions``, ``rhs_contracting_dimensions``, ...); a list the attribute
+    leaves out (no batch dimensions) is missing."""
+    return {name: [int(x) for x in inner.split(",") if x.strip()]
+            for name, inner in re.findall(r"(\w+) = \[([\d, ]*)\]", str(dims))}

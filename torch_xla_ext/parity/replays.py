@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Sequence
 
@@ -45,6 +44,7 @@ import numpy as np
 
 from torch_xla_ext import _dtypes
 from torch_xla_ext._ext import parity as _core
+from torch_xla_ext._mlir_graph import dot_dimensions
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.runners import GraphArgs, made, release_freed_memory
 from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, first_line, build_graph, functions, parse
@@ -258,10 +258,9 @@ def _plain_matmul(op: Any) -> bool:
     no batch dimensions) with no algorithm of its own."""
     if "algorithm" in op.attributes:
         return False
-    text = str(op.attributes["dot_dimension_numbers"])
-    numbers = dict(re.findall(r"(\w+) = \[([\d, ]*)\]", text))
-    return (numbers.get("lhs_contracting_dimensions") == "1" and numbers.get("rhs_contracting_dimensions") == "0"
-            and not numbers.get("lhs_batching_dimensions") and not numbers.get("rhs_batching_dimensions"))
+    dims = dot_dimensions(op.attributes["dot_dimension_numbers"])
+    return (dims.get("lhs_contracting_dimensions") == [1] and dims.get("rhs_contracting_dimensions") == [0]
+            and not dims.get("lhs_batching_dimensions") and not dims.get("rhs_batching_dimensions"))
 
 
 def _ops_in(op: Any):
