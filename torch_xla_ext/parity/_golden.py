@@ -66,8 +66,7 @@ def widened_class(dtype: Any = None):
             if hit is not None:
                 cls.cache.move_to_end(id(t.stored))
                 return hit[1]
-            key = (tuple(t.stored.shape), t.stored.stride())
-            spare = cls.spare.pop(key, None)
+            spare = cls.spare.pop(_layout(t.stored), None)
             widened = spare.copy_(t.stored) if spare is not None else t.stored.to(wide)
             del spare
             size = widened.numel() * widened.element_size()
@@ -75,12 +74,13 @@ def widened_class(dtype: Any = None):
                 cls.cache[id(t.stored)] = (t.stored, widened)
                 cls.held += size
                 while cls.held > cls.budget:
-                    _, (stored, old) = cls.cache.popitem(last=False)
+                    _, (_, old) = cls.cache.popitem(last=False)
                     cls.held -= old.numel() * old.element_size()
-                    # Only a copy nothing else holds (no op kept it or a view of it) is reused.
+                    # Only a copy nothing else holds (no op kept it or a view of it) is reused. It
+                    # has its weight's layout (to() and copy_() keep it).
                     if sys.getrefcount(old) == 2 and storage.sole_holder(old):
-                        cls.spare.setdefault((tuple(stored.shape), stored.stride()), old)
-                    del stored, old
+                        cls.spare.setdefault(_layout(old), old)
+                    del old
             return widened
 
         @classmethod
@@ -104,6 +104,11 @@ def widened_class(dtype: Any = None):
 
 
 _WIDENED: dict = {}
+
+
+def _layout(t: Any) -> tuple:
+    """A tensor's shape and strides: which spare copy a widened weight can be written into."""
+    return tuple(t.shape), t.stride()
 
 
 class GoldenWeights:

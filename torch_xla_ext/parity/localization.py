@@ -237,7 +237,7 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
         golden = GoldenWeights(reference, tdtype, torch.float32 if _narrow(tdtype) else torch.float64)
         wide = golden.shadow_dtype
         shadow_name = "fp64" if wide == torch.float64 else "fp32"
-        to_wide = lambda t: t.detach().to(wide).clone() if t.is_floating_point() else t.clone()  # noqa: E731
+        to_wide = lambda t: t.detach().to(wide, copy=True) if t.is_floating_point() else t.clone()  # noqa: E731
         as_run = lambda t: t.detach().clone()  # noqa: E731
 
         def on_call(module: Any, path: str, n: int, a: tuple, k: dict, out: Any, golden_in: dict) -> None:
