@@ -11,6 +11,7 @@ import copy
 
 import pytest
 import torch
+import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 
 from tests import zoo
@@ -32,13 +33,25 @@ class Doubling(torch.nn.Module):
         return self.b(y)
 
 
+def counted(fn):
+    """(fn(), how many programs torch_xla executed while it ran: its ExecuteTime samples). The device is settled
+    before the count starts and before it is read: torch_xla records an execution when it finishes,
+    which may come after the call that started it has returned (under load, a sample of the
+    previous run landed after the clear, or this run's after the read)."""
+    xm.wait_device_ops()
+    met.clear_all()
+    result = fn()
+    xm.wait_device_ops()
+    data = met.metric_data("ExecuteTime")
+    return result, (data[0] if data else 0)
+
+
 def test_localize_compiles_and_executes_once_on_xla():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)).eval()
     x = torch.randn(4, 16)
-    met.clear_all()
-    r = parity.verify(model, (x,), dtype="bf16", localize=True)
+    r, executions = counted(lambda: parity.verify(model, (x,), dtype="bf16", localize=True))
     assert met.metric_data("CompileTime")[0] == 1
-    assert met.metric_data("ExecuteTime")[0] == 1
+    assert executions == 1
     assert r.emulation == "matches"  # the replay of the outputs' program is the captured run, bit for bit
     assert [m.name for m in r.modules] == ["0", "1", "2", "<root>"]
     assert r.first_divergent_module is None
@@ -156,10 +169,9 @@ def test_golden_is_fp64_through_recurrent_and_attention_modules_and_finds_a_bug_
 def replayed_capture(model, args, kwargs):
     """verify's path: the recorder's tensors go into the rounded replay's program, not the run's."""
     recorder = capturing.Recorder()
-    met.clear_all()
     with runners.user_rng_preserved():
-        run = runners.run_xla(model, args, kwargs, torch.bfloat16, 0, True, run=recorder, replayed=recorder)
-    executions = met.metric_data("ExecuteTime")[0]
+        run, executions = counted(lambda: runners.run_xla(model, args, kwargs, torch.bfloat16, 0, True,
+                                                          run=recorder, replayed=recorder))
     replayed = _outputs.replay_outputs(run, len(run.outputs), [tuple(t.shape) for _, t in run.outputs])
     assert replayed.status == "ok"
     assert _outputs.reproduces(run.outputs, replayed.rounded)
@@ -169,10 +181,8 @@ def replayed_capture(model, args, kwargs):
 @pytest.mark.parametrize("name", ["gpt2", "mobilenet_v3", "t5"])
 def test_replayed_capture_is_a_hooked_xla_runs_bit_for_bit(name):
     model, args, kwargs = zoo.build(name)
-    met.clear_all()
-    with runners.user_rng_preserved():
-        runners.run_xla(model, args, kwargs, torch.bfloat16, 0, True)
-    plain = met.metric_data("ExecuteTime")[0]  # a model may execute a small graph of its own first
+    with runners.user_rng_preserved():  # a model may execute a small graph of its own first
+        _, plain = counted(lambda: runners.run_xla(model, args, kwargs, torch.bfloat16, 0, True))
     cap, executions = replayed_capture(model, args, kwargs)
     assert executions == plain  # the run executed the outputs' program, no program of the capture's
     real = parity.capture(model, args, kwargs, dtype="bf16")  # torch_xla computes every module tensor
@@ -199,14 +209,11 @@ def test_replayed_capture_keeps_values_apart_across_in_place_ops(view):
 
 def test_a_second_xla_run_captures_when_the_replay_does_not_reproduce_the_run(monkeypatch):
     model, args, kwargs = zoo.build("gpt2")
-    met.clear_all()
-    expected = parity.verify(model, args, kwargs, dtype="bf16", localize=True)
-    executions = met.metric_data("ExecuteTime")[0]
+    expected, executions = counted(lambda: parity.verify(model, args, kwargs, dtype="bf16", localize=True))
     # As on a device the replay does not model: its values are not the run's, so they are not used.
     monkeypatch.setattr(api, "reproduces", lambda outputs, rounded: False)
-    met.clear_all()
-    r = parity.verify(model, args, kwargs, dtype="bf16", localize=True)
-    assert met.metric_data("ExecuteTime")[0] == 2 * executions  # the run, then the hooked capture run
+    r, twice = counted(lambda: parity.verify(model, args, kwargs, dtype="bf16", localize=True))
+    assert twice == 2 * executions  # the run, then the hooked capture run
     assert "XLA capture" in r.seconds
     assert [(m.name, m.own_error, m.inherited_error) for m in r.modules] == \
         [(m.name, m.own_error, m.inherited_error) for m in expected.modules]
