@@ -116,7 +116,7 @@ def test_the_replays_widen_a_bf16_programs_weights_one_at_a_time(monkeypatch):
     weight_f32 = width * width * 4
     program = parity.Program(_chain(layers, width))
     replay = parity.Replay(program, rounded=True)
-    temp = replay.executable.get_compiled_memory_stats().temp_size_in_bytes
+    temp = replay.executables[0].get_compiled_memory_stats().temp_size_in_bytes
     assert temp <= 3 * weight_f32, (temp, weight_f32)
 
     # The same replay compiled with XLA:CPU's default schedule: every f32 weight at once (what the
@@ -125,7 +125,7 @@ def test_the_replays_widen_a_bf16_programs_weights_one_at_a_time(monkeypatch):
     monkeypatch.setattr(jax_mlir, "compile_replicated",
                         lambda *a, memory_schedule=False, **k: compile_replicated(*a, **k))
     default = parity.Replay(program, rounded=True)
-    assert default.executable.get_compiled_memory_stats().temp_size_in_bytes >= layers * weight_f32
+    assert default.executables[0].get_compiled_memory_stats().temp_size_in_bytes >= layers * weight_f32
     rng = np.random.default_rng(3)
     args = [rng.standard_normal((8, width)).astype(BF16)] + [
         (rng.standard_normal((width, width)) / 16).astype(BF16) for _ in range(layers)]

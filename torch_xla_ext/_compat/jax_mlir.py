@@ -223,6 +223,16 @@ def _place(client: Any, value: np.ndarray, device: Any) -> Any:
     return xc.batched_device_put(aval, SingleDeviceSharding(device), [value], [device], True, enable_x64=True)
 
 
+def execute_on_device(client: Any, executable: Any, args: Sequence[Any]) -> list[Any]:
+    """Runs ``executable`` on the client's first device with ``args`` (numpy arrays, placed as
+    ``execute_replicated`` places them, or arrays this function returned before) and returns its
+    outputs as device arrays, to pass on to another executable or read with ``np.asarray``."""
+    device = client.devices()[0]
+    placed = [_place(client, a, device) if isinstance(a, np.ndarray) else a for a in args]
+    outs = executable.execute_sharded(placed).disassemble_into_single_device_arrays()
+    return [o[0] for o in outs]
+
+
 def execute_replicated(client: Any, executable: Any,
                        per_replica: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
     """Runs ``executable`` with replica r's arguments ``per_replica[r]`` on device r; returns the

@@ -69,13 +69,15 @@ def with_causes(outputs: Sequence[OutputParity], narrow: bool) -> list[OutputPar
     return [dataclasses.replace(o, cause=_explain.output_cause(o, narrow)) for o in outputs]
 
 
-def compile_replays(proto: bytes, unrounded: str = "f64",
-                    capture_proto: bytes | None = None) -> tuple[Program, Replay, Replay, dict[str, float]]:
+def compile_replays(proto: bytes, unrounded: str = "f64", capture_proto: bytes | None = None,
+                    cuts: Sequence[int] = ()) -> tuple[Program, Replay, Replay, dict[str, float]]:
     """(program, rounded replay, unrounded replay, seconds) of an HloModuleProto; ReplayError
     when either cannot be built. ``unrounded``: the unrounded replay's float, "f64", "f32", or
     "auto" (:func:`~torch_xla_ext.parity.replays.unrounded_precision` of the program).
     ``capture_proto``: the program's outputs followed by a capture's module tensors
-    (``runners.run_xla``'s ``replayed``), which the rounded replay then runs instead."""
+    (``runners.run_xla``'s ``replayed``), which the rounded replay then runs instead, cut at
+    the module tensors ``cuts`` (indices among them: the ``cuts`` of ``capturing.Recorder`` or
+    ``capturing.BlockValues``)."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     program = Program.from_hlo_proto(proto)
@@ -84,7 +86,9 @@ def compile_replays(proto: bytes, unrounded: str = "f64",
     precision = unrounded_precision(program) if unrounded == "auto" else unrounded
     # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(Replay, rounded_program, rounded=True),
+        offset = len(program.main.returned)  # the module tensors follow the outputs
+        futures = [pool.submit(Replay, rounded_program, rounded=True,
+                               cuts=[offset + c for c in cuts] if capture_proto is not None else ()),
                    pool.submit(Replay, program, rounded=False, precision=precision)]
         rounded_replay, exact_replay = (f.result() for f in futures)
     seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
@@ -102,8 +106,8 @@ class EarlyCompile:
         self._future = None
         self._unrounded = unrounded
 
-    def start(self, proto: bytes, capture_proto: bytes | None = None) -> None:
-        self._future = self._pool.submit(compile_replays, proto, self._unrounded, capture_proto)
+    def start(self, proto: bytes, capture_proto: bytes | None = None, cuts: Sequence[int] = ()) -> None:
+        self._future = self._pool.submit(compile_replays, proto, self._unrounded, capture_proto, cuts)
 
     def take(self) -> tuple[Program, Replay, Replay, dict[str, float]] | None:
         """The compiled replays (the caller then owns them, so they can be freed), or None when

@@ -81,7 +81,9 @@ def verify(
     # (it reproduces the run; as outputs of torch_xla's program they made its compile about 1.5x
     # longer); without, the run's one execution does.
     recorder = capturing.Recorder() if localize else None
-    replayed = recorder if emulate else None
+    # Without localize, the values between the model's repeated blocks alone: the rounded
+    # replay's program is cut there either way, so a transformer's blocks compile once.
+    replayed = (recorder or capturing.BlockValues()) if emulate else None
 
     def plain_golden() -> tuple[list, float]:
         # The golden starts from the inputs both sides received (rounded to dtype), so its
@@ -105,14 +107,16 @@ def verify(
                 golden, seconds["golden"] = plain_golden()
                 runners.release_freed_memory(collect=False)
             xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None,
-                                  on_program=early.start if emulate else None, run=recorder or runners.call,
+                                  on_program=(lambda proto, capture_proto: early.start(
+                                      proto, capture_proto, replayed.cuts if replayed is not None else ()))
+                                  if emulate else None, run=recorder or replayed or runners.call,
                                   replayed=replayed)
             runners.release_freed_memory()
             seconds["xla"] = xla.seconds
     except runners.UserFailure as f:
         early.close()
         return _exception_report(f, dtype_name, rtol, atol, t_start)
-    cap = recorder.capture(xla.outputs, tdtype) if recorder is not None and replayed is None else None
+    cap = recorder.capture(xla.outputs, tdtype) if recorder is not None and not emulate else None
     paths = [p for p, _ in xla.outputs]
     if paths != [p for p, _ in cpu]:
         early.close()
@@ -158,11 +162,11 @@ def verify(
             early=early, unrounded="auto")
         seconds.update(replay_seconds)
         seconds["replays"] = time.perf_counter() - t0
-        if replayed is not None:
+        if recorder is not None:
             # The rounded replay's module tensors are the run's own where it reproduces the run's
             # outputs bit for bit; otherwise (another device, a rounding it does not model) a
             # second XLA run computes them.
-            cap = replayed.replayed(captured if reproduces(xla.outputs, rounded) else None, xla.outputs, tdtype)
+            cap = recorder.replayed(captured if reproduces(xla.outputs, rounded) else None, xla.outputs, tdtype)
             del captured
             if cap is None:
                 t0 = time.perf_counter()

@@ -34,7 +34,8 @@ from torch_xla_ext.parity import runners
 from torch_xla_ext.parity._checks import check_inputs
 from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityError, ParityTypeError
 
-__all__ = ["Capture", "ModuleCall", "Recorder", "capture", "load_capture", "record_calls"]
+__all__ = ["BlockValues", "Capture", "ModuleCall", "Recorder", "capture", "load_capture", "record_calls",
+           "repeated_blocks"]
 
 FORMAT = "torch_xla_ext.parity.capture/1"
 
@@ -190,6 +191,7 @@ class Recorder:
         self.calls: list[ModuleCall] | None = None
         self._on_device: list[Any] = []  # device_values(): the tensors a replayed capture computes
         self._pending: list[tuple[Any, tuple[int, ...]]] | None = None  # release(): their dtypes and shapes
+        self.cuts: list[int] = []  # device_values(): where the replay may cut its program (_segment_cuts)
 
     def __call__(self, stage: str, model: Any, args: tuple, kwargs: dict) -> Any:
         self.calls, out = record_calls(model, args, kwargs, stage=stage)
@@ -210,7 +212,23 @@ class Recorder:
                     if t.device == device:
                         seen.setdefault(id(t), t)
         self._on_device = list(seen.values())
+        self.cuts = self._segment_cuts()
         return list(self._on_device)
+
+    def _segment_cuts(self) -> list[int]:
+        """Indices into :meth:`device_values` of the values between repeated blocks
+        (:func:`repeated_blocks`): the first input of the first block and each block's first
+        output. The rounded replay cuts its program there, so that blocks of one structure
+        compile once (segments.py); any cut is exact, these only make it pay."""
+        index = {id(t): k for k, t in enumerate(self._on_device)}
+        first_calls = {c.path: c for c in self.calls if c.call == 0}
+        cuts: set[int] = set()
+        for blocks in repeated_blocks(first_calls):
+            calls = [first_calls[p] for p in blocks]
+            firsts = [next(iter(calls[0].inputs.values()), None)] + [next(iter(c.outputs.values()), None)
+                                                                      for c in calls]
+            cuts.update(index[id(t)] for t in firsts if t is not None and id(t) in index)
+        return sorted(cuts)
 
     def release(self) -> None:
         """Lets go of the device tensors before the run executes, so its program is the outputs'
@@ -280,6 +298,90 @@ class Recorder:
         info = {"torch_xla": torch_xla.__version__}
         return Capture(calls, dict(outputs), str(dtype).removeprefix("torch.") if dtype else "input dtypes",
                        str(torch_xla.device() if device is None else device), info)
+
+
+class BlockValues:
+    """What ``runners.run_xla`` calls the prepared model with, as its ``replayed``, when only the
+    values between a model's repeated blocks are wanted (verify without localisation): the
+    first block's first tensor input and each block's first tensor output, kept as lazy tensors
+    (not copies: any value of the program is an exact cut). They become extra results of the
+    rounded replay's program, which is cut there (segments.py) and compiles each distinct
+    block once; their values are not used. A model without repeated blocks, or a function,
+    runs as it is, with nothing kept."""
+
+    def __init__(self) -> None:
+        self._values: list[Any] = []
+        self.cuts: list[int] = []
+
+    def __call__(self, stage: str, model: Any, args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        if not isinstance(model, torch.nn.Module):
+            return runners.call(stage, model, args, kwargs)
+        modules = dict(model.named_modules())
+        kept: dict[int, Any] = {}
+        done: set[str] = set()
+
+        def keep(tree: Any) -> None:
+            leaves = runners.tensor_leaves(tree)
+            if leaves:
+                kept.setdefault(id(leaves[0][1]), leaves[0][1])
+
+        def before(path: str):
+            def hook(_module: Any, a: tuple, k: dict) -> None:
+                if path not in done:
+                    keep((a, k))
+            return hook
+
+        def after(path: str):
+            def hook(_module: Any, _a: tuple, _k: dict, out: Any) -> None:
+                if path not in done:
+                    done.add(path)
+                    keep(out)
+            return hook
+
+        handles = []
+        for blocks in repeated_blocks(modules):
+            handles.append(modules[blocks[0]].register_forward_pre_hook(before(blocks[0]), with_kwargs=True))
+            handles += [modules[p].register_forward_hook(after(p), with_kwargs=True) for p in blocks]
+        try:
+            return runners.call(stage, model, args, kwargs)
+        finally:
+            for h in handles:
+                h.remove()
+            self._values = list(kept.values())
+
+    def device_values(self, device: Any) -> list[Any]:
+        """The kept tensors on ``device``: what the replayed program returns after the outputs,
+        every one a cut."""
+        import torch
+
+        device = torch.device(device)
+        on_device = [t for t in self._values if t.device == device]
+        self.cuts = list(range(len(on_device)))
+        return on_device
+
+    def release(self) -> None:
+        """Lets go of the kept tensors before the run executes (its program is the outputs')."""
+        self._values = []
+
+
+def repeated_blocks(paths: Any) -> list[list[str]]:
+    """The numbered children (``layers.0``, ``layers.1``, ...) of every module with at least two,
+    in the order of ``paths`` (module paths), outermost such modules first; one inside another's
+    blocks is left out (Mixtral's experts inside its layers: a layer is one block)."""
+    children: dict[str, list[str]] = {}
+    for p in paths:
+        parent, _, last = p.rpartition(".")
+        if last.isdigit():
+            children.setdefault(parent, []).append(p)
+    found, taken = [], []
+    for parent in sorted(children, key=_module_path_depth):
+        if len(children[parent]) < 2 or any(t == "" or parent.startswith(t + ".") for t in taken):
+            continue
+        taken.append(parent)
+        found.append(children[parent])
+    return found
 
 
 class _Pending(NamedTuple):

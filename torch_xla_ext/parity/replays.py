@@ -45,6 +45,7 @@ import numpy as np
 from torch_xla_ext import _dtypes
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext._mlir_graph import dot_dimensions
+from torch_xla_ext.parity import segments
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.runners import GraphArgs, made, release_freed_memory
 from torch_xla_ext.parity.stablehlo import FunctionGraph, Program, first_line, build_graph, functions, parse
@@ -310,7 +311,10 @@ class Replay:
     or with ``precision="f32"`` the narrow floats in f32 without rounding (:func:`unrounded_precision`).
     With ``intermediates``, main also returns every float value it computes at its top level
     (after the program's own results), listed in ``intermediates`` as (HLO instruction name,
-    index among main's top-level ops). ``seconds`` holds the
+    index among main's top-level ops). With ``cuts`` (indices of main's results, such as a
+    transformer's block outputs), main is cut there into segments and each distinct one is
+    compiled once (:mod:`~torch_xla_ext.parity.segments`; ``plan`` says how, None when no cut
+    pays); the results are the same. ``executables``: the compiled programs. ``seconds`` holds the
     rewrite and compile times. Calling it with main's arguments (numpy arrays in their original
     dtypes; bfloat16 as ml_dtypes.bfloat16) returns main's results as numpy arrays.
 
@@ -326,7 +330,8 @@ class Replay:
         [[1.015625, 9.0]]
     """
 
-    def __init__(self, program: Program, *, rounded: bool, intermediates: bool = False, precision: str = "f64"):
+    def __init__(self, program: Program, *, rounded: bool, intermediates: bool = False, precision: str = "f64",
+                 cuts: Sequence[int] = ()):
         from jax.extend.mlir import ir
 
         from torch_xla_ext._compat import jax_mlir
@@ -366,6 +371,9 @@ class Replay:
             except ir.MLIRError as e:
                 raise ReplayError(f"the {self.mode} replay does not verify: {first_line(e)}") from None
             self.text = str(module) if intermediates else None
+            # Cut at main's results ``cuts`` (a transformer's block outputs): each distinct segment
+            # is compiled once (segments.py). Not with intermediates, whose text is the whole.
+            self.plan = segments.split(module, cuts) if cuts and not intermediates else None
             self.seconds["rewrite"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             try:
@@ -375,9 +383,9 @@ class Replay:
                 # replay keeps XLA's default, whose f32 code (FMA contraction, vectorised
                 # reductions) it reproduces. Both schedule for memory (the same arithmetic: at
                 # 0.9B the replays' peak 3 GB lower and their runs about 1.5x faster).
-                self.executable = jax_mlir.compile_replicated(
-                    jax_mlir.cpu_client(1), jax_mlir.module_to_bytecode(module), 1, optimize=rounded,
-                    memory_schedule=True)
+                self.executables = [jax_mlir.compile_replicated(
+                    jax_mlir.cpu_client(1), jax_mlir.module_to_bytecode(m), 1, optimize=rounded, memory_schedule=True)
+                    for m in (self.plan.modules if self.plan is not None else [module])]
             except RuntimeError as e:
                 raise ReplayError(f"XLA cannot compile the {self.mode} replay: {first_line(e)}") from None
             self.seconds["compile"] = time.perf_counter() - t1
@@ -418,7 +426,10 @@ class Replay:
         del args
         if consume:
             release_freed_memory()
-        out = jax_mlir.execute_replicated(jax_mlir.cpu_client(1), self.executable, [arrays])[0]
+        if self.plan is None:
+            out = jax_mlir.execute_replicated(jax_mlir.cpu_client(1), self.executables[0], [arrays])[0]
+        else:
+            out = self._run_segments(arrays)
         # Copies: a result that is a view of its device buffer keeps the whole execution (its
         # arguments, the weights) alive as long as the caller holds the result.
         out = [np.array(o, copy=True) for o in out]
@@ -429,6 +440,23 @@ class Replay:
         self.seconds["run"] = time.perf_counter() - t0
         return out
 
+    def _run_segments(self, arrays: list) -> list:
+        """main's results, running its segments in order; a value is dropped after the last
+        segment that reads it."""
+        from torch_xla_ext._compat import jax_mlir
+
+        plan, client = self.plan, jax_mlir.cpu_client(1)
+        values: dict[Any, Any] = {("arg", k): a for k, a in enumerate(arrays)}
+        arrays.clear()
+        kept = set(plan.results)
+        for s, segment in enumerate(plan.segments):
+            outs = jax_mlir.execute_on_device(client, self.executables[segment.module],
+                                              [values[k] for k in segment.inputs])
+            for k in segment.inputs:
+                if plan.last_use.get(k) == s and k not in kept:
+                    del values[k]
+            values.update(zip(segment.outputs, outs))
+        return [np.asarray(values[k]) for k in plan.results]
 
     def _widens(self, et: str) -> bool:
         """Whether main's argument of element type ``et`` is passed widened (the f64 replay: the

@@ -394,10 +394,12 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     outputs' (verify starts compiling its replays there). ``run(stage, model, args, kwargs)`` calls
     the prepared model (:func:`call`; a capture's recorder keeps every module call's tensors, which
     the one execution then computes with the outputs, while the program given to ``on_program``
-    and kept in ``proto`` is the outputs' own). ``replayed``: that recorder, whose tensors are not
-    computed by this run but go into ``capture_proto`` for the rounded replay, which reproduces
-    the run (capturing.Recorder.replayed): torch_xla compiles and executes the outputs' program
-    alone, with no module tensor among its outputs (each made XLA's compile longer)."""
+    and kept in ``proto`` is the outputs' own). ``replayed``: that recorder (or
+    ``capturing.BlockValues``, the blocks' boundaries alone), whose tensors are not computed by
+    this run but go into ``capture_proto`` for the rounded replay, which reproduces the run
+    (capturing.Recorder.replayed) and is cut at them: torch_xla compiles and executes the
+    outputs' program alone, with no module tensor among its outputs (each made XLA's compile
+    longer)."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
