@@ -401,3 +401,43 @@ def test_the_replays_read_the_weights_the_device_held_even_when_the_run_updates_
     report = parity.verify(model, (x,), dtype="bf16")
     assert report.emulation == "matches", report.explanation
     assert torch.equal(model[1].running_mean, user_stats)  # the user's model is never run
+
+
+def test_verifys_collections_pass_over_the_objects_that_existed_before_it(monkeypatch):
+    """verify's garbage collections scan what it made, not the process: the objects that existed
+    before are frozen while it runs (gc.freeze), and handed back after. Oracle: weak references."""
+    import gc
+    import weakref
+
+    from torch_xla_ext.parity import runners
+
+    class Node:
+        pass
+
+    before = Node()
+    before.self = before  # a cycle: only the collector frees it
+    was_before = weakref.ref(before)
+    with runners.collector_skips_existing_objects():
+        assert gc.get_freeze_count() > 0
+        made = Node()
+        made.self = made
+        was_made = weakref.ref(made)
+        del made, before
+        gc.collect()
+        assert was_made() is None  # made inside: collected inside
+        assert was_before() is not None  # frozen: passed over
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert was_before() is None  # handed back
+
+    frozen = []
+    real = runners.release_freed_memory
+
+    def counting(collect=True):
+        frozen.append(gc.get_freeze_count())
+        return real(collect)
+
+    monkeypatch.setattr(runners, "release_freed_memory", counting)
+    parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32")
+    assert frozen and min(frozen) > 0
+    assert gc.get_freeze_count() == 0

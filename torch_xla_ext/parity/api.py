@@ -19,6 +19,7 @@ from torch_xla_ext.parity.stablehlo import Program
 __all__ = ["assert_parity", "golden_errors", "localize", "output_parity", "verify"]
 
 
+@runners.collector_skips_existing_objects()  # its collections scan what verify makes, not the process
 def verify(
     fn: Any,
     inputs: Any = (),

@@ -68,10 +68,10 @@ class Plan:
 
 def split(module: Any, cuts: Sequence[int], min_repeats: int = 2) -> Plan | None:
     """The plan for ``module`` cut at main's results ``cuts`` (each distinct segment a module of
-    its own, its operations copied from ``module``'s ``main``); None when a cut
-    cannot be made (a region that reads a value from outside its operation), or no segment
-    program would run at least ``min_repeats`` times (nothing to gain). Runs inside the
-    module's context."""
+    its own, its operations copied from ``module``'s ``main``, which is left as it was); None
+    when a cut cannot be made (a region that reads a value from outside its operation, a copy
+    that does not verify) or when no segment program would run at least ``min_repeats`` times
+    (nothing to gain). Runs inside the module's context."""
     from jax.extend.mlir import ir
 
     from torch_xla_ext.parity.stablehlo import functions
@@ -123,8 +123,10 @@ def split(module: Any, cuts: Sequence[int], min_repeats: int = 2) -> Plan | None
                 if v in args or not free[index[v][0]]:
                     last_read[key(v)] = s
     results = [key(v) for v in returned]
+    result_keys = set(results)
 
     plans, signatures = [], []
+    constants: dict[int, tuple] = {}  # op index -> text of a copied constant (a large one is printed once)
     for s, m in enumerate(members):
         inside = set(m)
         inputs: list[Any] = []
@@ -136,17 +138,17 @@ def split(module: Any, cuts: Sequence[int], min_repeats: int = 2) -> Plan | None
                 seen.add(v)
                 inputs.append(v)
         outputs = [v for i in m for v in ops[i].results
-                   if last_read.get(index[v], -1) > s or index[v] in results]
+                   if last_read.get(index[v], -1) > s or index[v] in result_keys]
         plans.append((m, inputs, outputs))
-        signatures.append(_signature(ops, m, inputs, outputs, index, free))
+        signatures.append(_signature(ops, m, inputs, outputs, index, constants))
     distinct: dict[Any, int] = {}
     for sig in signatures:
         distinct.setdefault(sig, len(distinct))
     if max(Counter(signatures).values()) < min_repeats:  # nothing compiled once runs twice
         return None
 
-    # Build each distinct program from its first segment and the rest
-    # of the module's functions (copied: a segment may call them).
+    # Each distinct program from its first segment, with the module's other functions (a segment
+    # may call them).
     modules: list[Any] = [None] * len(distinct)
     segments = []
     for s, (m, inputs, outputs) in enumerate(plans):
@@ -154,13 +156,17 @@ def split(module: Any, cuts: Sequence[int], min_repeats: int = 2) -> Plan | None
         if modules[d] is None:
             with ir.Location.unknown():
                 modules[d] = _build(ops, m, inputs, outputs, index, [f for f in funcs if f != main])
+            try:
+                modules[d].operation.verify()
+            except ir.MLIRError:  # an op this cut cannot copy on its own: the program stays whole
+                return None
         segments.append(Segment(d, [key(v) for v in inputs], [key(v) for v in outputs]))
     return Plan(segments, modules, results, last_read)
 
 
 def _reads_from_outside(ops: list, index: dict, args: dict) -> bool:
-    """Whether an operation's regions read a value of main's top level (a cut could not move
-    the operation without its reads)."""
+    """Whether an operation's regions read a value of main's top level (a segment's copy of the
+    operation would lose those reads)."""
     for op in ops:
         for region in op.regions:
             for block in region.blocks:
@@ -177,7 +183,7 @@ def _nested_reads(op: Any, index: dict, args: dict) -> bool:
                for region in op.regions for block in region.blocks for inner in block.operations)
 
 
-def _signature(ops: list, members: list[int], inputs: list, outputs: list, index: dict, free: list) -> tuple:
+def _signature(ops: list, members: list[int], inputs: list, outputs: list, index: dict, constants: dict) -> tuple:
     """What makes two segments the same program: their operations (names, attributes, types,
     regions) with every operand named by where it comes from in the segment."""
     local: dict[Any, Any] = {v: ("in", k) for k, v in enumerate(inputs)}
@@ -188,7 +194,10 @@ def _signature(ops: list, members: list[int], inputs: list, outputs: list, index
         for v in op.operands:
             ref = local.get(v)
             if ref is None:  # a constant or iota, copied in
-                ref = ("free", _op_text(ops[index[v][0]], {}))
+                i = index[v][0]
+                if i not in constants:
+                    constants[i] = _op_text(ops[i], {})
+                ref = ("free", constants[i])
             refs.append(ref)
         sig.append((_op_text(op, {}), tuple(refs)))
         for r, v in enumerate(op.results):
