@@ -1,6 +1,7 @@
 """How the replays lay out torch_xla's programs for XLA:CPU: in the unrounded replays
 ``x @ transpose(w)`` (torch_xla's ``nn.Linear``) runs as ``transpose(w @ x^T)``, while the rounded
-replay keeps torch_xla's dots (its bits are the run's); both replays schedule for memory, so a
+replay keeps torch_xla's dots (its bits are the run's) with ``w^T`` written out; both replays
+schedule for memory, so a
 bf16 program's weights are widened to f32 one at a time, without changing a bit.
 
 Oracles: JAX's own XLA:CPU compile of the same product (``jnp.dot(x, w.T)`` in bf16, which XLA
@@ -34,18 +35,33 @@ def _args(seed):
     return [rng.standard_normal((M, K)).astype(BF16), rng.standard_normal((N, K)).astype(BF16)]
 
 
-def test_the_rounded_replay_keeps_torch_xlas_dots_and_xlas_bits():
+def _linear(m: int, k: int, n: int) -> str:
+    return f"""
+func.func @main(%x: tensor<{m}x{k}xbf16>, %w: tensor<{n}x{k}xbf16>) -> tensor<{m}x{n}xbf16> {{
+  %t = stablehlo.transpose %w, dims = [1, 0] : (tensor<{n}x{k}xbf16>) -> tensor<{k}x{n}xbf16>
+  %d = stablehlo.dot %x, %t : (tensor<{m}x{k}xbf16>, tensor<{k}x{n}xbf16>) -> tensor<{m}x{n}xbf16>
+  return %d : tensor<{m}x{n}xbf16>
+}}
+"""
+
+
+@pytest.mark.parametrize("m, k, n", [(M, K, N), (3, 512, 64), (7, 96, 1000), (128, 768, 3072)])
+def test_the_rounded_replay_keeps_torch_xlas_dots_and_xlas_bits(m, k, n):
     """Swapped, XLA:CPU would pick its kernel by the swapped output's shape, and a skinny product
-    (few rows: an MoE expert's tokens) would sum in another order."""
-    program = parity.Program(LINEAR)
+    (few rows: an MoE expert's tokens) would sum in another order. The transposed weight is
+    written out instead (``w^T`` laid out as the kernel reads it fastest), the operands keeping
+    their roles: XLA:CPU's own ``x @ w.T``, which folds the transpose into the dot, bit for bit."""
+    program = parity.Program(_linear(m, k, n))
     rounded = parity.Replay(program, rounded=True)
     assert rounded.swapped_dots == 0
+    assert rounded.materialized_transposes == 1
     jax_dot = jax.jit(lambda x, w: jnp.dot(x, w.T))
     for seed in range(3):
-        x, w = _args(seed)
+        rng = np.random.default_rng(seed)
+        x, w = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((n, k)).astype(BF16)
         (got,) = rounded([x, w])
         want = np.asarray(jax_dot(x, w)).astype(np.float32)  # XLA:CPU's own bf16 product
-        assert got.shape == (M, N)
+        assert got.shape == (m, n)
         np.testing.assert_array_equal(got, want)
 
 

@@ -254,6 +254,36 @@ def _swap_transposed_dots(module: Any) -> int:
     return swapped
 
 
+def _materialize_transposed_rhs(module: Any) -> int:
+    """Puts an ``optimization_barrier`` between every ``transpose [1, 0]`` and the matrix product
+    that reads it as its right-hand side (``x @ transpose(w)``, torch_xla's ``nn.Linear``): XLA
+    then writes ``w^T`` out and multiplies ``x`` by it as it is laid out, instead of folding the
+    transpose into the dot, whose XLA:CPU kernel reads a transposed right-hand side 1.5-2.5x
+    slower. The operands keep their roles (unlike :func:`_swap_transposed_dots`), so the kernel
+    sums each element in the same order: the rounded replay uses it. Returns how many."""
+    from jax.extend.mlir import ir
+
+    done = 0
+    for op in list(_ops_in(module.operation)):
+        if op.name not in ("stablehlo.dot", "stablehlo.dot_general") or len(op.operands) != 2:
+            continue
+        x, t = op.operands
+        producer = getattr(t.owner, "operation", None)  # None: a block argument
+        if producer is None or producer.name != "stablehlo.transpose":
+            continue
+        if list(ir.DenseI64ArrayAttr(producer.attributes["permutation"])) != [1, 0]:
+            continue
+        if op.name == "stablehlo.dot_general" and not _plain_matmul(op):
+            continue
+        if ir.RankedTensorType(x.type).rank != 2:
+            continue
+        with ir.InsertionPoint(op), op.location:
+            kept = ir.Operation.create("stablehlo.optimization_barrier", results=[t.type], operands=[t]).results[0]
+        op.operands[1] = kept
+        done += 1
+    return done
+
+
 def _plain_matmul(op: Any) -> bool:
     """Whether a ``dot_general`` is a plain matrix product (contracting lhs dim 1 with rhs dim 0,
     no batch dimensions) with no algorithm of its own."""
@@ -363,6 +393,7 @@ class Replay:
             # by the output's shape, and a skinny product (an MoE expert's few tokens) then sums
             # in another order (Mixtral in fp32: 5588 of 16384 logits off by an ulp).
             self.swapped_dots = _swap_transposed_dots(module) if not rounded else 0
+            self.materialized_transposes = _materialize_transposed_rhs(module) if rounded else 0
             for attr in _MODULE_SPMD_ATTRS:
                 if attr in module.operation.attributes:
                     del module.operation.attributes[attr]
