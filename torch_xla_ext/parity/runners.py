@@ -470,12 +470,14 @@ def collector_skips_existing_objects() -> Iterator[None]:
     began (``gc.freeze``), torch_xla's among them (imported first, if it is not yet):
     :func:`release_freed_memory`'s collections then scan what was made since, not the whole
     process (half a million objects once torch, transformers and torch_xla are imported: 0.2 to
-    0.3 s per collection, five in a verify). What existed before is handed back to the collector
+    0.3 s per collection, five in a verify). The garbage that existed before is collected first
+    (one full collection), so none of it is kept; what lives is handed back to the collector
     when it ends; nothing made inside is ever frozen. Usable as a decorator."""
     import gc
 
     import torch_xla  # noqa: F401  (its objects are a third of the process's)
 
+    gc.collect()
     gc.freeze()
     try:
         yield

@@ -1,19 +1,21 @@
 """A replay's ``main`` cut into segments at given values, each distinct segment compiled once.
 
 A transformer's blocks are the same program on different weights. XLA compiles every copy: at
-GPT-2 355M the rounded replay with the module tensors spends about 45 CPU-seconds compiling 24
-copies of one block (most of it LLVM code generation, one kernel per fusion). Cut at the
-values between the blocks (the run's block outputs: ``capturing.Recorder.cuts``, ``BlockValues.cuts``),
-the blocks after the first are one segment program with the same text, compiled once and run
-once per block on its own weights.
+GPT-2 355M the rounded replay with the module tensors spent about 45 CPU-seconds compiling 24
+copies of one block (most of it LLVM code generation, one kernel per fusion). Cut at the values
+between the blocks (the run's block outputs: ``capturing.Recorder.cuts``,
+``capturing.BlockValues.cuts``), the blocks after the first are one segment program with the
+same text, compiled once and run once per block on its own weights.
 
 The cut is exact: segment ``j`` holds the operations the ``j``-th cut value needs that no
 earlier cut needed, and the last segment everything else, so every operation runs once, after
-everything it reads, on the same values. Only the fusion boundaries move: each value that
-crosses a cut is materialized in its own type, which every value that crosses is anyway, as
-what the cut values are (the module tensors the replay returns). Constants and iotas are
-copied into each segment that reads them, so that copies of a block do not differ by where
-their shared scalars happen to be defined.
+everything it reads, on the same values. Only fusion boundaries move: a value that crosses a
+cut is written out in its own type and read back, where the whole program might have fused it
+into its readers. In a bf16/f16 program every such value is rounded before it crosses, so no
+product and sum can contract into one FMA across a cut; in an f32 program they could, which is
+why the emulation figure (the replay against the run), not this module, says whether the
+replay reproduces the run. Constants and iotas are copied into each segment that reads them,
+so that copies of a block do not differ by where their shared scalars happen to be defined.
 
 Example:
     >>> text = '''func.func @main(%x: tensor<4xf32>, %a: tensor<4xf32>, %b: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
