@@ -220,20 +220,8 @@ def _swap_transposed_dots(module: Any) -> int:
     from jax.extend.mlir import ir
 
     swapped = 0
-    for op in list(_ops_in(module.operation)):
-        if op.name not in ("stablehlo.dot", "stablehlo.dot_general") or len(op.operands) != 2:
-            continue
-        x, t = op.operands
-        producer = getattr(t.owner, "operation", None)  # None: a block argument
-        if producer is None or producer.name != "stablehlo.transpose":
-            continue
-        if list(ir.DenseI64ArrayAttr(producer.attributes["permutation"])) != [1, 0]:
-            continue
-        if op.name == "stablehlo.dot_general" and not _plain_matmul(op):
-            continue
-        xt, rt = ir.RankedTensorType(x.type), ir.RankedTensorType(op.results[0].type)
-        if xt.rank != 2 or rt.rank != 2:
-            continue
+    for op, x, producer in _products_of_a_transpose(module):
+        rt = ir.RankedTensorType(op.results[0].type)
         w = producer.operands[0]
         m, n = rt.shape
         attrs = {"dot_dimension_numbers": ir.Attribute.parse(
@@ -264,6 +252,22 @@ def _materialize_transposed_rhs(module: Any) -> int:
     from jax.extend.mlir import ir
 
     done = 0
+    for op, _, producer in _products_of_a_transpose(module):
+        t = producer.results[0]
+        with ir.InsertionPoint(op), op.location:
+            kept = ir.Operation.create("stablehlo.optimization_barrier", results=[t.type], operands=[t]).results[0]
+        op.operands[1] = kept
+        done += 1
+    return done
+
+
+def _products_of_a_transpose(module: Any) -> list[tuple[Any, Any, Any]]:
+    """(dot, its lhs, the ``transpose`` [1, 0] it reads as rhs) for every plain matrix product
+    ``x @ transpose(w)`` of 2-D operands (``stablehlo.dot``, or a ``dot_general`` without batch
+    dimensions or algorithm): how torch_xla lowers ``nn.Linear``."""
+    from jax.extend.mlir import ir
+
+    found = []
     for op in list(_ops_in(module.operation)):
         if op.name not in ("stablehlo.dot", "stablehlo.dot_general") or len(op.operands) != 2:
             continue
@@ -275,13 +279,10 @@ def _materialize_transposed_rhs(module: Any) -> int:
             continue
         if op.name == "stablehlo.dot_general" and not _plain_matmul(op):
             continue
-        if ir.RankedTensorType(x.type).rank != 2:
+        if ir.RankedTensorType(x.type).rank != 2 or ir.RankedTensorType(op.results[0].type).rank != 2:
             continue
-        with ir.InsertionPoint(op), op.location:
-            kept = ir.Operation.create("stablehlo.optimization_barrier", results=[t.type], operands=[t]).results[0]
-        op.operands[1] = kept
-        done += 1
-    return done
+        found.append((op, x, producer))
+    return found
 
 
 def _plain_matmul(op: Any) -> bool:
