@@ -242,15 +242,14 @@ def execute_replicated(client: Any, executable: Any,
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     n = len(per_replica)
+    if n == 1:
+        return [[np.asarray(o) for o in execute_on_device(client, executable, per_replica[0])]]
     devices = client.devices()[:n]
     buffers = [[_place(client, a, devices[r]) for a in args] for r, args in enumerate(per_replica)]
-    if n == 1:
-        args = buffers[0]
-    else:
-        # One array per argument whose shard on device r is replica r's value (pmap's layout).
-        replicated = NamedSharding(Mesh(np.array(devices), ("replica",)), PartitionSpec())
-        args = [jax.make_array_from_single_device_arrays(buffers[0][k].shape, replicated,
-                                                          [buffers[r][k] for r in range(n)])
-                for k in range(len(buffers[0]))]
+    # One array per argument whose shard on device r is replica r's value (pmap's layout).
+    replicated = NamedSharding(Mesh(np.array(devices), ("replica",)), PartitionSpec())
+    args = [jax.make_array_from_single_device_arrays(buffers[0][k].shape, replicated,
+                                                      [buffers[r][k] for r in range(n)])
+            for k in range(len(buffers[0]))]
     outs = executable.execute_sharded(args).disassemble_into_single_device_arrays()
     return [[np.asarray(o[r]) for o in outs] for r in range(n)]

@@ -109,8 +109,8 @@ def verify(
                 runners.release_freed_memory(collect=False)
             xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None,
                                   on_program=(lambda proto, capture_proto: early.start(
-                                      proto, capture_proto, replayed.cuts if replayed is not None else ()))
-                                  if emulate else None, run=recorder or replayed or runners.call,
+                                      proto, capture_proto, replayed.cuts)) if emulate else None,
+                                  run=recorder or replayed or runners.call,
                                   replayed=replayed)
             runners.release_freed_memory()
             seconds["xla"] = xla.seconds

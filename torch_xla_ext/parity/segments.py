@@ -40,6 +40,8 @@ import dataclasses
 from collections import Counter
 from typing import Any, Hashable, Sequence
 
+from torch_xla_ext._mlir_graph import pre_order
+
 __all__ = ["Plan", "Segment", "split"]
 
 # Operations without operands or regions: copied into each segment that reads them.
@@ -143,11 +145,10 @@ def split(module: Any, cuts: Sequence[int], min_repeats: int = 2) -> Plan | None
                    if last_read.get(index[v], -1) > s or index[v] in result_keys]
         plans.append((m, inputs, outputs))
         signatures.append(_signature(ops, m, inputs, outputs, index, constants))
-    distinct: dict[Any, int] = {}
-    for sig in signatures:
-        distinct.setdefault(sig, len(distinct))
-    if max(Counter(signatures).values()) < min_repeats:  # nothing compiled once runs twice
+    counts = Counter(signatures)  # in order of first appearance
+    if max(counts.values()) < min_repeats:  # nothing compiled once runs twice
         return None
+    distinct = {sig: d for d, sig in enumerate(counts)}
 
     # Each distinct program from its first segment, with the module's other functions (a segment
     # may call them).
@@ -169,20 +170,9 @@ def split(module: Any, cuts: Sequence[int], min_repeats: int = 2) -> Plan | None
 def _reads_from_outside(ops: list, index: dict, args: dict) -> bool:
     """Whether an operation's regions read a value of main's top level (a segment's copy of the
     operation would lose those reads)."""
-    for op in ops:
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    if _nested_reads(inner.operation, index, args):
-                        return True
-    return False
-
-
-def _nested_reads(op: Any, index: dict, args: dict) -> bool:
-    if any(v in index or v in args for v in op.operands):
-        return True
-    return any(_nested_reads(inner.operation, index, args)
-               for region in op.regions for block in region.blocks for inner in block.operations)
+    return any(v in index or v in args
+               for op in ops for region in op.regions for block in region.blocks
+               for inner, _, _ in pre_order(block) for v in inner.operands)
 
 
 def _signature(ops: list, members: list[int], inputs: list, outputs: list, index: dict, constants: dict) -> tuple:
