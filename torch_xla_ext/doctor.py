@@ -35,8 +35,11 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from torch_xla_ext import collectives, jax_call
-from torch_xla_ext import _device, _factory, _json, _plot
+import numpy as np
+
+from torch_xla_ext import _device, _factory, _json, _plot, collectives, export, graph_breaks, jax_call, numerics
+from torch_xla_ext._compat import pytree
+from torch_xla_ext._compat import stablehlo as _shlo
 from torch_xla_ext.errors import InternalError, TorchXlaExtError
 from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
 
@@ -285,8 +288,6 @@ def parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
 
 def _plot_ulps(reports, path: str) -> str | None:
     """The ULP histogram PNG per dtype; None (nothing written) without matplotlib."""
-    from torch_xla_ext import _plot
-
     plt, _why = _plot.pyplot(os.path.basename(path))
     if plt is None:
         return None
@@ -313,12 +314,6 @@ def _plot_ulps(reports, path: str) -> str | None:
 
 
 def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
-    import numpy as np
-    import torch.utils._pytree as pytree
-
-    from torch_xla_ext import export, numerics
-    from torch_xla_ext._compat import stablehlo as _shlo
-
     bundle = export.export(model, inputs, kwargs)
     bundle_dir = os.path.join(out_dir, "bundle")
     bundle.save(bundle_dir)
@@ -415,8 +410,6 @@ def jax_call_section(model, inputs) -> tuple[str, str, dict]:
 
 
 def graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, str, dict]:
-    from torch_xla_ext import graph_breaks
-
     cmp = graph_breaks.compare(model_spec, modes=("lazy", "dynamo"), warmup=2, steps=steps, progress=progress)
     plotted = cmp.plot(os.path.join(out_dir, "graph_breaks.png"))
     cmp.write_html(os.path.join(out_dir, "graph_breaks.html"))

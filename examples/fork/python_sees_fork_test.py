@@ -46,7 +46,7 @@ def test_account_sees_a_fork_linked_through_libtxe_hooks():
         maps = {{line.split()[-1] for line in open("/proc/self/maps") if "libtxe_hooks.so" in line}}
         print(json.dumps({{
             "native_hooks": ledger.report().native_hooks,
-            "calls": [[c["requested_scale"], c["applied_scale"], c["lowering"]] for c in calls],
+            "calls": [[c.requested_scale, c.applied_scale, c.lowering] for c in calls],
             "fork_fallback_ops": fork.fork_fallback_op_count(),
             "fork_all_reduces": fork.fork_recorded_all_reduces(),
             "copies": len(maps),
@@ -99,4 +99,4 @@ def test_the_same_hooks_called_through_ext_are_seen():
         collectives.record_all_reduce("sum", 0.25, 1.0, world_size=1, lowering="clone")
     assert ledger.report().native_hooks == {"fallback_op": 1}
     [call] = collectives.recorded_calls(start)
-    assert (call["requested_scale"], call["applied_scale"], call["lowering"]) == (0.25, 1.0, "clone")
+    assert (call.requested_scale, call.applied_scale, call.lowering) == (0.25, 1.0, "clone")

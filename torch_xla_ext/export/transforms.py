@@ -23,19 +23,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from torch_xla_ext import _dtypes, _json
+from torch_xla_ext._compat import jax_export, jax_mlir
 from torch_xla_ext.export import graph, main_wrapper, tensor_file
-from torch_xla_ext.export.bundle import (MODULE_FILE, Bundle, as_bundle, constant_to_argument, mlir_module, resource_name,
-                                         resource_of, used_resources)
+from torch_xla_ext.export.files import JAX_EXPORT_DIR, MODULE_FILE, read_file
+from torch_xla_ext.export.manifest import Manifest
+from torch_xla_ext.export.program import constant_to_argument, mlir_module, resource_name, resource_of, used_resources
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
                                         RunInputError, WeightsTooLargeError)
 from torch_xla_ext.export.manifest import dtype_name, is_python_constant, np_dtype
 
+if TYPE_CHECKING:
+    from torch_xla_ext.export.bundle import Bundle  # the transforms take and make Bundles; bundle.py uses them
+
 _INNER = "_txe_main_inner"
+
+
+def as_bundle(value: Any, what: str = "bundle") -> "Bundle":
+    """``value`` if it is a Bundle; a BundleTypeError naming ``what`` otherwise. (These transforms
+    take a Bundle; ``export.strip_tokens`` and the others in ``torch_xla_ext.export`` also take its
+    directory, which they load first.)"""
+    if not (isinstance(getattr(value, "manifest", None), Manifest) and isinstance(getattr(value, "module_text", None), str)):
+        raise BundleTypeError(f"{what}: expected an export.Bundle or a bundle directory, got {type(value).__name__}")
+    return value
 
 def _resource_constant(arr: np.ndarray, dtype: str, resources: dict[str, np.ndarray]) -> np.ndarray | str:
     """What an inlined array becomes: the name of a `dense_resource` (text holds no data; the
@@ -116,7 +130,8 @@ def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray | str], transform: str, 
     manifest = dataclasses.replace(m, inputs=inputs, collectives=colls, transforms=m.transforms + [transform])
     used = {inp.file for inp in inputs if inp.file}
     values = used_resources(text, {**bundle.resources, **(resources or {})}, f"{transform} output")
-    return Bundle(text, manifest, {k: v for k, v in bundle.arrays.items() if k in used}, resources=values)
+    return dataclasses.replace(bundle, module_text=text, manifest=manifest, torch_xla_export=None,
+                               arrays={k: v for k, v in bundle.arrays.items() if k in used}, resources=values)
 
 
 def strip_tokens(bundle: Bundle) -> Bundle:
@@ -214,8 +229,6 @@ class JaxExport:
 
         Example: ``jax.export.deserialize(to_jax(bundle).serialize())``.
         """
-        from torch_xla_ext._compat import jax_export
-
         try:
             return jax_export.serialize(self.exported, where)
         except ValueError as e:  # over jax.export's flatbuffer limit
@@ -247,10 +260,7 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
 
     Example: ``(y,) = load_jax("/tmp/m.jax").call(x)``.
     """
-    import jax
-
-    from torch_xla_ext._compat import jax_export
-    from torch_xla_ext.export.bundle import JAX_EXPORT_DIR, read_file
+    import jax  # JAX is imported when a JAX export is read or made, not with export
 
     if not isinstance(path, (str, os.PathLike)):
         raise BundleTypeError(f"path: expected a directory written by JaxExport.save (or a bundle saved with "
@@ -318,11 +328,9 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
         >>> logits.shape, str(logits.dtype)
         ((2, 4), 'float32')
     """
-    import jax
+    import jax  # as in load_jax
     import jax.export  # a submodule `import jax` does not load
     from jax.extend import mlir as jmlir
-
-    from torch_xla_ext._compat import jax_export, jax_mlir
 
     bundle = as_bundle(bundle)
     if not isinstance(platform, str) or not platform:

@@ -32,7 +32,7 @@ def default_loss(output: Any):
     floating-point tensor in the output (a ModelOutput's logits or last_hidden_state, a tuple's
     first tensor, a plain tensor)."""
     import torch
-    import torch.utils._pytree as pytree
+    from torch_xla_ext._compat import pytree
 
     for leaf in pytree.tree_leaves(output):
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
@@ -44,7 +44,7 @@ def default_loss(output: Any):
 def make_step(made: _factory.Made, mode: str, train: bool, lr: float = 1e-3) -> Callable[[], Any]:
     """The step of one mode on the XLA device, ready to call repeatedly."""
     import torch
-    import torch.utils._pytree as pytree
+    from torch_xla_ext._compat import pytree
     import torch_xla
 
     from torch_xla_ext._compat import metrics as _metrics
