@@ -138,7 +138,13 @@ class _Translation:
     def typed_dict(self, td: type) -> Any:
         typing_extensions = self.typing_extensions
         hints = typing.get_type_hints(td, include_extras=True)
-        fields = {k: self.type(v) if k in td.__required_keys__ else typing_extensions.NotRequired[self.type(v)]
+        optional = (typing_extensions.NotRequired,)
+
+        def required(key: str) -> bool:
+            # a NotRequired written in a string annotation (PEP 563) shows only in the evaluated hint
+            return key in td.__required_keys__ and typing.get_origin(hints[key]) not in optional
+
+        fields = {k: self.type(v) if required(k) else typing_extensions.NotRequired[self.type(v)]
                   for k, v in hints.items()}
         return typing_extensions.TypedDict(td.__name__, fields)
 

@@ -116,7 +116,7 @@ def _weight(m):
     (lambda m: m["collectives"][0].update(scale=10**400), r"'collectives\[0\]\.scale'"),
     (lambda m: m["collectives"][0].update(operand_inputs=[-1]), r"'collectives\[0\]\.operand_inputs\[0\]' is -1, expected a non-negative int"),
     (lambda m: m["collectives"][0].update(operand_inputs=[70]), r"'collectives\[0\]\.operand_inputs' is \[70\], but there are 7 inputs"),
-    (lambda m: m["collectives"][0].update(replica_groups=[[0, "a"]]), r"'collectives\[0\]\.replica_groups'"),
+    (lambda m: m["collectives"][0].update(replica_groups=[[0, "a"]]), r"'collectives\[0\]\.replica_groups\[0\]\[1\]' must be int, got str"),
     (lambda m: m["outputs"].append({"shape": [1]}), r"missing field 'outputs\[1\]\.dtype'"),
     (lambda m: _weight(m).update(file="../../outside.npy"), r"'inputs\[\d\]\.file' is '\.\./\.\./outside\.npy', expected a relative path inside the bundle"),
     (lambda m: _weight(m).update(file="/etc/hostname"), r"'inputs\[\d\]\.file' is '/etc/hostname'"),
