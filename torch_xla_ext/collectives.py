@@ -62,12 +62,12 @@ def _normalise_groups(groups: Sequence[Sequence[int]] | None, world: int) -> lis
         ids = []
         for k, r in enumerate(group):
             try:
-                r = operator.index(r)  # an int (a bool or a float is not a replica id)
+                i = operator.index(r)  # an int (a float is not a replica id)
             except TypeError:
                 raise CollectiveArgumentError(f"groups[{g}][{k}]: expected a replica id (an int), got {r!r}") from None
-            if isinstance(r, bool) or not 0 <= r < world:
+            if isinstance(r, bool) or not 0 <= i < world:
                 raise CollectiveArgumentError(f"groups[{g}][{k}]: replica {r!r} is not in [0, world size {world})")
-            ids.append(int(r))
+            ids.append(int(i))
         out.append(ids)
     seen = sorted(r for g in out for r in g)
     if len(set(seen)) != len(seen):
