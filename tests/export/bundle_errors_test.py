@@ -149,7 +149,10 @@ def test_corrupt_portable_artifact(bundle_dir):
 
 def test_not_json_and_not_a_module(bundle_dir):
     (bundle_dir / "module.mlir").write_text("func.func @main(")
-    with pytest.raises(export.BundleError, match="module.mlir: not a parsable StableHLO module"):
+    with pytest.raises(export.ModuleTextError, match="module.mlir: not a parsable StableHLO module"):
+        export.load(bundle_dir)
+    (bundle_dir / "module.mlir").write_text("func.func @main(%x: !quant.uniform<i8:f32, 1.0>) { return }")
+    with pytest.raises(export.UnknownDialectError, match="module.mlir: uses the MLIR dialect 'quant'"):
         export.load(bundle_dir)
     (bundle_dir / "manifest.json").write_text("{")
     with pytest.raises(export.BundleError, match="manifest.json: not JSON"):
