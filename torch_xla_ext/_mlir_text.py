@@ -13,7 +13,7 @@ Example:
     >>> parse("func.func @main(", "broken.mlir", error=ValueError)
     Traceback (most recent call last):
     ...
-    ValueError: broken.mlir: not a parsable StableHLO module (Unable to parse module assembly: error: "-":1:17: expected SSA identifier)
+    ValueError: broken.mlir: not a parsable StableHLO module (Unable to parse module assembly: error: "-":1:16: expected non-function type)
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ import numpy as np
 from torch_xla_ext import _device, _factory, _json, _plot, collectives, export, graph_breaks, jax_call, numerics
 from torch_xla_ext._compat import pytree
 from torch_xla_ext._compat import stablehlo as _shlo
-from torch_xla_ext.errors import InternalError, TorchXlaExtError
+from torch_xla_ext.errors import InternalError, TorchXlaExtError, first_line
 from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
 
 __all__ = ["DoctorBlock", "DoctorReport", "SectionFailed", "example", "export_section", "graph_breaks_section",
@@ -342,7 +342,7 @@ def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
             eager = [t for t in pytree.tree_leaves(model(*inputs, **kwargs)) if isinstance(t, torch.Tensor)]
         stripped = export.strip_tokens(loaded)
     except Exception as e:  # the bundle exists: keep the manifest and its path in the report
-        summary = f"{head}; {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        summary = f"{head}; {first_line(e, with_type=True)}"
         raise SectionFailed(summary, "\n".join(md + ["", "```", traceback.format_exc(), "```"]),
                             {**data, "error": summary}) from e
     rows, failed = [], []
@@ -486,7 +486,7 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
             # naming what in this model it cannot handle: a finding. Anything else is a bug of
             # ours or of a library: an error, with its traceback, and the command exits 1.
             finding = isinstance(e, TorchXlaExtError) and not isinstance(e, InternalError)
-            summary = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            summary = first_line(e, with_type=True)
             if not finding:
                 summary = f"unexpected {summary}"
             md = "```\n" + traceback.format_exc() + "```"

@@ -5,9 +5,9 @@ module's text and its artifact when reading torch_xla's.
 
 Example:
     >>> import numpy as np
-    >>> text = ('func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n'
-    ...         '  %c = stablehlo.constant dense_resource<txe_00000000000000000000000000000000> : tensor<2xf32>\n'
-    ...         '  %0 = stablehlo.add %x, %c : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}')
+    >>> text = ('func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\\n'
+    ...         '  %c = stablehlo.constant dense_resource<txe_00000000000000000000000000000000> : tensor<2xf32>\\n'
+    ...         '  %0 = stablehlo.add %x, %c : tensor<2xf32>\\n  return %0 : tensor<2xf32>\\n}')
     >>> resources = {"txe_00000000000000000000000000000000": np.ones(2, np.float32)}
     >>> ctx, module, names = mlir_module(text, resources, "example")   # the constant holds the array
     >>> "dense<1.000000e+00>" in str(module)
