@@ -1,5 +1,7 @@
 """Project macros, so per-folder BUILD files stay short (in the manner of torch_xla's ptxla_*)."""
 
+load("//bazel:python_configure.bzl", "wheel_tag")
+
 TXE_COPTS = ["-Wextra", "-Wno-unused-parameter"]
 
 def txe_cc_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
@@ -25,17 +27,23 @@ def txe_cc_test(name, srcs, deps = [], size = "small", copts = [], **kwargs):
         **kwargs
     )
 
-def txe_pybind_extension(name, srcs, hdrs = [], deps = [], **kwargs):
-    """A pybind11 extension module `<name>.so` (linked shared, Python symbols resolved at import)."""
-    native.cc_binary(
-        name = name + ".so",
-        srcs = srcs + hdrs,
-        deps = deps + ["@local_python//:pybind11"],
-        copts = ["-fvisibility=hidden", "-fexceptions"],
-        linkshared = True,
-        linkstatic = True,
-        **kwargs
-    )
+def txe_pybind_extension(name, srcs, hdrs = [], deps = [], wheel_pythons = [], **kwargs):
+    """A pybind11 extension module `<name>.so` (linked shared, Python symbols resolved at import)
+    built against the project venv's CPython, and `<name>_cp310.so` ... for each CPython of
+    `wheel_pythons` ("3.10", ...: built against `@python_cp310`'s headers, manual: for its wheel)."""
+    variants = [("", "@local_python", [])]
+    variants += [("_" + wheel_tag(v), "@python_" + wheel_tag(v), ["manual"]) for v in wheel_pythons]
+    for suffix, python, tags in variants:
+        native.cc_binary(
+            name = name + suffix + ".so",
+            srcs = srcs + hdrs,
+            deps = deps + [python + "//:pybind11"],
+            copts = ["-fvisibility=hidden", "-fexceptions"],
+            linkshared = True,
+            linkstatic = True,
+            tags = kwargs.get("tags", []) + tags,
+            **{k: v for k, v in kwargs.items() if k != "tags"}
+        )
 
 def txe_py_packages(layers, data = {}):
     """One py_library per row of the layer table (//bazel:layers.bzl), named after the row, with

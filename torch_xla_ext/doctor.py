@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from torch_xla_ext import _versions
 
-_versions.require_torch_stack("doctor")  # before anything here imports torch
+_versions.require("doctor")  # before anything here imports torch
 
 import dataclasses
 import math

@@ -20,7 +20,7 @@ analysis in cc/collectives/analysis.h), `exporter` (torch.export + torch_xla, na
 (`run` on PJRT CPU devices), `transforms` (`strip_tokens`, `inline_constants`, `to_jax`, `load_jax`).
 
 The JAX side (`load`, `run`, the transforms, `to_jax`, `load_jax`) imports JAX only, never torch,
-and works on every JAX from the pin (0.7.1) to the newest tested (0.10.2) with only `jax[cpu]`,
+and works on every JAX from the pin (0.7.1) to the newest tested (0.12) with only `jax[cpu]`,
 numpy, ml_dtypes, flatbuffers and this wheel installed; `export` (the torch side) checks the
 pinned torch stack when called.
 """

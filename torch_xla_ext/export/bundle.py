@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from torch_xla_ext import _versions
 from torch_xla_ext.export import graph
 from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError
 from torch_xla_ext.export.manifest import (MANIFEST_FILE, MLIR_TYPES, RESOURCES_FORMAT_VERSION, Input,
@@ -475,6 +476,7 @@ def load(path: str | os.PathLike) -> Bundle:
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise BundleFileNotFoundError(f"{path}: not a directory")
+    _versions.require("export.jax")
     from torch_xla_ext._compat import stablehlo as _shlo
 
     mpath = os.path.join(path, MANIFEST_FILE)

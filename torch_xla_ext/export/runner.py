@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from torch_xla_ext import _versions
 from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle, mlir_module
 from torch_xla_ext.export.errors import BundleError, RunInputError
 from torch_xla_ext.export.manifest import MANIFEST_FILE, PYTHON_PREFIX, dtype_name, is_python_constant, np_dtype
@@ -121,6 +122,7 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
         >>> [len(r) for r in run(bundle, (x.numpy(),), (x.numpy(),), num_replicas=2)]   # [[out0 on replica 0], [... 1]]
         [1, 1]
     """
+    _versions.require("export.jax")
     from torch_xla_ext._compat import jax_mlir
 
     bundle = as_bundle(bundle_or_dir, "bundle_or_dir")

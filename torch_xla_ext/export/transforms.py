@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from torch_xla_ext import _dtypes, _json
+from torch_xla_ext import _dtypes, _json, _versions
 from torch_xla_ext.export import graph, main_wrapper, tensor_file
 from torch_xla_ext.export.bundle import (MODULE_FILE, Bundle, as_bundle, constant_to_argument, mlir_module, resource_name,
                                          resource_of, used_resources)
@@ -124,6 +124,7 @@ def strip_tokens(bundle: Bundle) -> Bundle:
 
     Example: ``run(strip_tokens(bundle), x)`` takes the same user inputs and gives the same result.
     """
+    _versions.require("export.jax")
     bundle = as_bundle(bundle)
     drop = {}
     for inp in bundle.manifest.inputs:
@@ -141,6 +142,7 @@ def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
 
     Example: ``b = inline_constants(bundle, weights=True)`` leaves only user inputs and tokens.
     """
+    _versions.require("export.jax")
     bundle = as_bundle(bundle)
     kinds = ("constant", "parameter", "buffer") if weights else ("constant",)
     drop: dict[int, np.ndarray | str] = {}
@@ -245,6 +247,11 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     would call an Exported of a newer calling convention without checking). Other bad files raise
     BundleError / BundleFileNotFoundError naming the file.
 
+    A bundle directory whose serialized Exported is older than this JAX reads (jax.export keeps
+    a 6-month window: jax 0.11.1 and later refuse jax 0.7.1's serializations, and a calling
+    convention below the window) is re-lowered instead: its StableHLO goes through
+    :func:`to_jax` in the running JAX, so the window does not bite a bundle.
+
     Example: ``(y,) = load_jax("/tmp/m.jax").call(x)``.
     """
     import jax
@@ -258,13 +265,17 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise BundleFileNotFoundError(f"{path}: missing (a directory written by JaxExport.save)")
+    _versions.require("export.jax")
+    bundle_dir = None
     if os.path.isdir(os.path.join(path, JAX_EXPORT_DIR)):
-        path = os.path.join(path, JAX_EXPORT_DIR)
+        bundle_dir, path = path, os.path.join(path, JAX_EXPORT_DIR)
     epath, wpath = os.path.join(path, EXPORTED_FILE), os.path.join(path, WEIGHTS_FILE)
     data = read_file(epath, "the serialized jax.export.Exported", binary=True)
     try:
         exported = jax_export.deserialize(data)
     except ValueError as e:
+        if bundle_dir is not None and jax_export.expired(e):  # jax's words: matched in _compat
+            return to_jax(as_bundle(bundle_dir))
         newer = jax_export.unsupported_version(e)  # jax's words: matched in _compat
         if newer is not None and newer > 0:
             raise BundleVersionError(f"{epath}: written by a newer jax.export than jax {jax.__version__} reads "
@@ -272,6 +283,8 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
         raise BundleError(f"{epath}: not a jax.export.Exported this JAX ({jax.__version__}) reads: {e}") from None
     low, high = jax_export.calling_convention_window()
     version = exported.calling_convention_version
+    if version < low and bundle_dir is not None:
+        return to_jax(as_bundle(bundle_dir))
     if not low <= version <= high:
         raise BundleVersionError(f"{epath}: calling convention version {version} is outside jax {jax.__version__}'s "
                                  f"window [{low}, {high}] (jax.export's minimum/maximum_supported_calling_"
@@ -318,6 +331,7 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
         >>> logits.shape, str(logits.dtype)
         ((2, 4), 'float32')
     """
+    _versions.require("export.jax")
     import jax
     import jax.export  # a submodule `import jax` does not load
     from jax.extend import mlir as jmlir
