@@ -63,7 +63,6 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
           )),
     Group("torch_xla.collectives", "torch_xla's all-reduce lowerings", ("_compat/stablehlo.py",), (
         "torch.ops._c10d_functional.all_reduce", "torch_xla._XLAC._xla_all_reduce",
-        "torch_xla.core.xla_model.all_reduce", "torch_xla.core.xla_model.REDUCE_SUM",
     )),
     Group("torch_xla.stablehlo", "torch_xla's StableHLO exporter", ("_compat/stablehlo.py",), (
         "torch_xla.stablehlo.exported_program_to_stablehlo", "torch_xla.stablehlo.StableHLOExportOptions",
