@@ -192,6 +192,8 @@ def distributions(feature: str) -> tuple[str, ...]:
     found = {d for g in _feature(feature).groups for d in capabilities.GROUPS[g].distributions}
     if "jax" in found:
         found.add("jaxlib")  # jax runs on the jaxlib of its release
+    if "torch_xla" in found:
+        found.add("torch")  # torch_xla runs on the torch its build links
     return tuple(d for d in STACK if d in found)
 
 
