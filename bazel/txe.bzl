@@ -132,6 +132,27 @@ def txe_py_test(name, src, size = "small", deps = None, data = [], args = [], ta
         **kwargs
     )
 
+def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size = "medium", data = [], tags = [], **kwargs):
+    """A pytest file run inside the cached venv of another stack (`venv`: a pin file's name in
+    python/tool_requirements, e.g. "torch_2_14_1"), with the wheel (`wheel`: the one of that
+    venv's CPython) installed there with `extras`, offline, `pip check` clean; the file's
+    `prepare(out_dir)`, if any, runs first on the pinned stack (tests/stacks/run_in_venv.py).
+    Manual and exclusive: the venv comes from the registry on a cold machine; .ci/run names
+    each such target."""
+    native.py_test(
+        name = name,
+        srcs = ["//tests/stacks:run_in_venv.py"],
+        main = "//tests/stacks:run_in_venv.py",
+        args = ["--venv", venv] + (["--extras", extras] if extras else []) + ["$(location %s)" % src],
+        data = data + [src, wheel],
+        deps = ["//python:tool_venv", "//tests/packaging:wheels"],
+        size = size,
+        tags = tags + ["python", "manual", "exclusive"],
+        python_version = "PY3",
+        srcs_version = "PY3",
+        **kwargs
+    )
+
 def txe_py_test_groups(src, groups, sizes = {}, **kwargs):
     """One txe_py_test per entry of `groups` ({target name: pytest -k expression}) over the same
     file, so Bazel runs the groups side by side; `sizes` overrides `size` per target."""
