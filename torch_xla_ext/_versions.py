@@ -236,7 +236,8 @@ def _refusal(feature: str) -> str | None:
                           f"{SKIP_ENV}=1 to try anyway")
     if not problems:
         return None
-    return (f"{spec.title} cannot run on this stack:\n  - " + "\n  - ".join(problems)
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return (f"{spec.title} cannot run on this stack: {problems[0]}{more}\n  - " + "\n  - ".join(problems)
             + f"\nInstalled: {summary()}.\nTested: {_tested()}; any build whose APIs above resolve is accepted."
             + "\nTo do: " + "; ".join(dict.fromkeys(advice)) + ".")
 

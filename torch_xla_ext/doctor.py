@@ -35,7 +35,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from torch_xla_ext import collectives, jax_call
+from torch_xla_ext import collectives
 from torch_xla_ext import _device, _factory, _json, _plot
 from torch_xla_ext.errors import InternalError, TorchXlaExtError
 from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
@@ -67,7 +67,7 @@ class DoctorBlock(torch.nn.Module):
     all-reduce is the identity times ``SCALE``.
     """
 
-    def __init__(self, width: int = WIDTH, *, use_jax: bool = True, graph_break: bool = True,
+    def __init__(self, width: int = WIDTH, *, use_jax: bool | None = None, graph_break: bool = True,
                  fallback: bool = True, all_reduce: bool = True):
         super().__init__()
         self.norm = torch.nn.LayerNorm(width)
@@ -76,6 +76,8 @@ class DoctorBlock(torch.nn.Module):
         self.up = torch.nn.Linear(width, 2 * width)
         self.down = torch.nn.Linear(2 * width, width)
         self.register_buffer("unused", torch.ones(width))  # the argument JAX ignores
+        if use_jax is None:  # the JAX gate wherever this stack runs call_jax (not on CPython 3.10: no jax 0.7.1)
+            use_jax = _versions.available("jax_call")
         self.use_jax, self.graph_break, self.fallback, self.all_reduce = use_jax, graph_break, fallback, all_reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -88,6 +90,8 @@ class DoctorBlock(torch.nn.Module):
         h = self.down(F.gelu(self.up(x)))
         if self.use_jax:
             if x.device.type == "xla":
+                from torch_xla_ext import jax_call
+
                 h = jax_call.call_jax(_gate, (h, x, self.unused))
             else:
                 h = h * torch.sigmoid(x)
@@ -401,6 +405,8 @@ def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
 def jax_call_section(model, inputs) -> tuple[str, str, dict]:
     import torch_xla
 
+    from torch_xla_ext import jax_call  # refused with what this stack lacks: a finding
+
     dev = torch_xla.device()
     x = inputs[0].to(dev)
     mapping = jax_call.explain(_gate, (x, x, model.unused.to(dev)))
@@ -457,6 +463,8 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
     os.makedirs(out_dir, exist_ok=True)
     if model is None:
         name = "embedded example (DoctorBlock: attention + MLP, call_jax gate, print, digamma, all_reduce)"
+        if not _versions.available("jax_call"):
+            name = name.replace("call_jax gate, ", "") + "; the call_jax gate left out: jax_call cannot run here"
         model_fn, inputs, kwargs = example_model, example_inputs(), {}
         export_fn = lambda: _export_variant(example_model())  # noqa: E731
         gb_spec = "torch_xla_ext.doctor:example"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -16,6 +17,14 @@ import packaging.version
 from packaging.requirements import Requirement
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
+
+
+def wheel_pythons() -> list[str]:
+    """The CPythons a wheel is built for: bazel/python_configure.bzl's WHEEL_PYTHONS."""
+    text = (REPO / "bazel" / "python_configure.bzl").read_text()
+    m = re.search(r"^WHEEL_PYTHONS = \[([^\]]*)\]", text, re.MULTILINE)
+    assert m, "bazel/python_configure.bzl defines no WHEEL_PYTHONS"
+    return re.findall(r'"(3\.\d+)"', m.group(1))
 
 
 def wheel_tag(python: str | None = None) -> str:
