@@ -137,8 +137,8 @@ def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size =
     python/tool_requirements, e.g. "torch_2_14_1"), with the wheel (`wheel`: the one of that
     venv's CPython) installed there with `extras`, offline, `pip check` clean; the file's
     `prepare(out_dir)`, if any, runs first on the pinned stack (tests/stacks/run_in_venv.py).
-    Manual and exclusive: the venv comes from the registry on a cold machine; .ci/run names
-    each such target."""
+    Manual and exclusive (the venv comes from the registry on a cold machine), tagged
+    "stack_venv": .ci/run runs every target with that tag, so a new one needs no CI edit."""
     native.py_test(
         name = name,
         srcs = ["//tests/stacks:run_in_venv.py"],
@@ -147,7 +147,7 @@ def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size =
         data = data + [src, wheel],
         deps = ["//python:tool_venv", "//tests/packaging:wheels"],
         size = size,
-        tags = tags + ["python", "manual", "exclusive"],
+        tags = tags + ["python", "manual", "exclusive", "stack_venv"],
         python_version = "PY3",
         srcs_version = "PY3",
         **kwargs

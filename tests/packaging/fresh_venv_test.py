@@ -10,9 +10,12 @@ doctor` must write every section and exit 0:
   jax: parity, export and call_jax are findings that name it (the gate's refusal), the graph-break
   section runs, and the embedded block leaves its JAX gate out.
 
-Costs several GB and a few minutes per CPython (torch from the registry; pip's cache makes reruns
-cheaper), so Bazel runs it only when asked (`bazel test //tests/packaging:fresh_venv_test`, as
-.ci/run does). `TXE_FRESH_PYTHONS=3.11,3.12` picks other CPythons under plain pytest."""
+pip resolves each venv's stack against the registries with `pip download` into one wheelhouse
+for the run (the newest CPython first), then installs from it offline: the wheels every CPython
+shares (numpy's pure-Python neighbours, the CUDA libraries torch brings) are fetched once.
+Costs several GB and a few minutes per CPython, so Bazel runs it only when asked (`bazel test
+//tests/packaging:fresh_venv_test`, as .ci/run does). `TXE_FRESH_PYTHONS=3.11,3.12` picks other
+CPythons under plain pytest."""
 
 import json
 import os
@@ -35,7 +38,7 @@ pytestmark = pytest.mark.skipif("TEST_SRCDIR" not in os.environ and os.environ.g
                                 "//tests/packaging:fresh_venv_test)")
 
 PYTHONS = (os.environ["TXE_FRESH_PYTHONS"].split(",") if os.environ.get("TXE_FRESH_PYTHONS")
-           else [wheel_pythons()[0], wheel_pythons()[-1]])
+           else [wheel_pythons()[-1], wheel_pythons()[0]])  # the newest first: its stack is the superset
 SECTIONS = ["parity", "export", "call_jax", "graph_breaks"]
 NEEDS_JAX = ("parity", "export", "call_jax")
 
@@ -61,17 +64,30 @@ def _has_jax(python: str) -> bool:
     return tuple(map(int, python.split("."))) >= (3, 11)
 
 
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory) -> pathlib.Path:
+    return tmp_path_factory.mktemp("wheelhouse")
+
+
 @pytest.fixture(scope="module", params=PYTHONS)
-def venv(request, tmp_path_factory):
+def venv(request, wheelhouse, tmp_path_factory):
     python = request.param
     wheel = built_wheel(python)
     root = tmp_path_factory.mktemp(f"fresh{python}") / "venv"
     subprocess.run([tool_venv.find_python(python), "-m", "venv", str(root)], check=True, timeout=300)
+    pip = [str(root / "bin" / "python"), "-m", "pip"]
     t0 = time.perf_counter()
-    proc = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[xla]"],
+    # pip resolves the stack from the registries (what it already has in the wheelhouse, it keeps) ...
+    proc = subprocess.run(pip + ["download", "-q", "-d", str(wheelhouse), f"{wheel}[xla]"],
                           env=_env(), capture_output=True, text=True, timeout=1800)
-    _log(f"CPython {python}: pip install {wheel.name}[xla] (resolving the stack): {time.perf_counter() - t0:.0f} s")
     assert proc.returncode == 0, proc.stderr[-4000:]
+    t1 = time.perf_counter()
+    # ... and installs what it resolved, offline.
+    proc = subprocess.run(pip + ["install", "-q", "--no-index", "--find-links", str(wheelhouse), f"{wheel}[xla]"],
+                          env=_env(), capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    _log(f"CPython {python}: pip download {wheel.name}[xla] (resolving the stack) {t1 - t0:.0f} s, "
+         f"pip install from it {time.perf_counter() - t1:.0f} s")
     yield python, root
     shutil.rmtree(root, ignore_errors=True)  # several GB
 
