@@ -45,5 +45,5 @@ TXE_PY_LAYERS = [
     ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_plot", "_validation", "_versions", "errors", "numerics"]),
     # Composition and the command line.
     ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
-    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "doctor", "errors", "export", "graph_breaks", "numerics", "parity"]),
+    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "_json", "_versions", "doctor", "errors", "export", "graph_breaks", "numerics", "parity"]),
 ]

@@ -13,7 +13,7 @@ that CPython is built (the wheel targets are manual, so `bazel test //...` needs
 """
 
 # The CPythons a wheel is built for (`make wheels`, //python:wheels): those torch_xla 2.9.0 ships
-# wheels for. tests/packaging/wheels_test.py checks the list against README.md.
+# wheels for. tests/packaging/versions_test.py checks the list against README.md.
 WHEEL_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
 def wheel_tag(version):

@@ -18,8 +18,8 @@ fails where it is used).
 
 The tested stack is the pins of ``python/requirements.txt`` (shipped in the wheel as
 ``_pins.txt``): :func:`status` says "tested" when a feature's distributions are those releases
-(a local tag such as ``+cu128`` names a build of the same release), "accepted" when they differ
-and the probes pass. ``import torch_xla_ext`` checks nothing; the torch side calls
+(torch's own build tags such as ``+cu128`` included), "accepted" when they differ (another
+release, or a local build such as ``+gited8a445``) and the probes pass. ``import torch_xla_ext`` checks nothing; the torch side calls
 :func:`require` where it is used, and so does the export bundle's JAX side ("export.jax").
 
 Example:
@@ -154,9 +154,15 @@ def required() -> dict[str, str]:
     return stack_pins(parse_pins(path.read_text(), str(path)), str(path))
 
 
-def _release(version: str) -> str:
-    """'2.9.0+cu128' -> '2.9.0': the local tag names a build of the same release."""
-    return version.split("+", 1)[0]
+# Local version tags of a release's own builds (torch's +cpu, +cu128, +rocm6.4, +xpu): the same
+# release. Any other local tag (+gited8a445) is a build from other sources.
+_BUILD_TAG = re.compile(r"cpu|cu\d+|rocm[\d.]+|xpu")
+
+
+def _same_build(version: str, pin: str) -> bool:
+    """Whether ``version`` is the pinned release ``pin`` ('2.9.0+cu128' is '2.9.0'; '2.9.0+gitabc' is not)."""
+    release, _, local = version.partition("+")
+    return release == pin and (not local or bool(_BUILD_TAG.fullmatch(local)))
 
 
 def installed() -> dict[str, str | None]:
@@ -277,14 +283,15 @@ def available(feature: str) -> bool:
 
 def status(feature: str) -> tuple[str, str]:
     """("tested" | "accepted" | "refused", detail) of ``feature`` on the installed stack:
-    tested when its distributions are the pinned releases, accepted when they differ and every
+    tested when its distributions are the pinned releases (or their own builds, +cu128), accepted
+    when they differ (another release, a local build such as a fork's +gited8a445) and every
     probe passes, refused with :func:`refusal`'s message."""
     message = refusal(feature)
     if message is not None:
         return "refused", message
     have, needed = installed(), distributions(feature)
     pins = required()
-    differ = [f"{d} {have[d]} (tested {pins[d]})" for d in needed if _release(have[d] or "") != pins[d]]
+    differ = [f"{d} {have[d]} (tested {pins[d]})" for d in needed if not _same_build(have[d] or "", pins[d])]
     if differ:
         return "accepted", "differs from the tested stack: " + ", ".join(differ) + "; every API it uses resolves"
     return "tested", ", ".join(f"{d} {have[d]}" for d in needed) or "needs nothing beyond the wheel"

@@ -9,6 +9,7 @@ find no torch_xla or jax. The probes themselves always run against the real modu
 """
 
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -21,7 +22,7 @@ import pytest
 from packaging.requirements import Requirement
 
 import torch_xla_ext
-from tests.packaging.wheels import REPO, jax_tool_releases, pins
+from tests.packaging.wheels import REPO, jax_tool_releases, pins, wheel_pythons
 from torch_xla_ext import _versions
 
 PKG_PARENT = str(pathlib.Path(torch_xla_ext.__file__).resolve().parent.parent)
@@ -83,11 +84,14 @@ def test_a_patch_release_in_the_metadata_is_accepted(tmp_path):
     assert numerics == "tested"
 
 
-def test_local_build_tags_are_the_tested_release(tmp_path):
+@pytest.mark.parametrize("local, verdict", [("+cpu", "tested"), ("+cu128", "tested"), ("+gitlocal1", "accepted")])
+def test_a_release_build_tag_is_tested_a_local_build_accepted(tmp_path, local, verdict):
+    # torch's own builds (+cpu, +cu128) are the release; any other local tag (a fork's +gited8a445)
+    # is a build from other sources: accepted when every probe passes, not "tested".
     r = _run("from torch_xla_ext import _versions; print(_versions.status('export.jax')[0])",
-             extra_path=_fake_dist(tmp_path, "jax", PINS["jax"] + "+local"))
+             extra_path=_fake_dist(tmp_path, "jax", PINS["jax"] + local))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["tested"]
+    assert r.stdout.split() == [verdict]
 
 
 # A fork's torch_xla without one private API: what uses it is refused naming the API, the module
@@ -213,14 +217,12 @@ def test_an_unknown_feature_is_a_programming_error():
 
 
 def test_on_the_pinned_stack_every_feature_is_tested():
-    # This venv is the pinned stack: every feature passes every probe and is "tested".
-    r = _run("""
-        from torch_xla_ext import _versions
-        for f in _versions.FEATURES:
-            print(f, _versions.status(f)[0])
-    """)
-    assert r.returncode == 0, r.stderr
-    assert dict(line.split() for line in r.stdout.splitlines()) == {f: "tested" for f in _versions.FEATURES}
+    # This venv is the pinned stack: `torch-xla-ext stack` finds every probe and every feature tested.
+    r = _run("import sys; from torch_xla_ext.cli import main; sys.exit(main(['stack', '--json']))")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert {f: v["verdict"] for f, v in report["features"].items()} == {f: "tested" for f in _versions.FEATURES}
+    assert report["stack"].startswith("CPython ") and f"torch_xla {PINS['torch-xla']}" in report["stack"]
 
 
 def _installed(name: str) -> str:
@@ -353,3 +355,13 @@ def test_readme_names_the_tested_jax_range():
     text = " ".join((REPO / "README.md").read_text().split())
     assert f"`jax[cpu]` ({releases[0]} to {releases[-1]})" in text, releases
     assert releases[0] == PINS["jax"]  # the oldest JAX-only venv is the pin
+
+
+def test_readme_names_the_cpythons_the_wheels_are_built_for():
+    pythons = wheel_pythons()  # bazel/python_configure.bzl's WHEEL_PYTHONS
+    assert pythons[0] == "3.10" and len(pythons) >= 4, pythons
+    text = " ".join((REPO / "README.md").read_text().split())
+    listed = ", ".join(pythons[:-1]) + " and " + pythons[-1]
+    assert f"wheels for CPython {listed}" in text, listed
+    for p in pythons:
+        assert f"cp{p.replace('.', '')}" in text, p

@@ -97,6 +97,31 @@ def test_the_gate_refuses_only_what_needs_torch_xla():
     assert isinstance(info.value, _versions.UnsupportedStackError)
 
 
+def test_the_stack_command_names_each_refusal(tmp_path):
+    import shutil
+
+    out = subprocess.run([shutil.which("torch-xla-ext"), "stack"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr  # some features are refused here
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("torch-xla-ext stack: CPython 3.11") and "torch 2.14.1, torch_xla -" in lines[0]
+    verdicts = {line.split()[1]: line.split()[0] for line in lines[1:] if line.startswith("  ")}
+    assert verdicts["numerics"] == "tested" and verdicts["export.jax"] == "accepted"
+    assert {f for f, v in verdicts.items() if v == "refused"} >= set(XLA_FEATURES)
+    assert "torch_xla_ext.parity cannot run on this stack: torch_xla is not installed" in out.stdout
+
+
+def test_the_numerics_command_compares_files_without_torch_xla(tmp_path):
+    import shutil
+
+    np.save(tmp_path / "a.npy", np.float32([1, 2, 3]))
+    np.save(tmp_path / "b.npy", np.float32([1, 2, 3.5]))
+    out = subprocess.run([shutil.which("torch-xla-ext"), "numerics", "--actual", "a.npy", "--expected", "b.npy"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr  # a mismatch is a failed check
+    assert "Mismatched elements: 1 / 3 (33.3%)" in out.stdout
+
+
 # ---- numerics on torch 2.14.1's tensors ---------------------------------------------------------
 
 _ORDERED = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
