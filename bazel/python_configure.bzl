@@ -31,6 +31,23 @@ print(json.dumps({
 }))
 """
 
+# A CPython's headers (the repository's include/) and pybind11 with them.
+_HEADERS_BUILD = """
+cc_library(
+    name = "python_headers",
+    hdrs = glob(["include/**/*.h"]),
+    includes = ["include"],
+)
+
+cc_library(
+    name = "pybind11",
+    deps = [
+        ":python_headers",
+        "{pybind11_headers}",
+    ],
+)
+"""
+
 def _fail(msg):
     fail("\n[python_configure] " + msg + "\nRun `make setup` (python/setup_env.sh) first, or set TXE_PYTHON to a python with the pinned stack.\n")
 
@@ -74,12 +91,6 @@ toolchain(
     toolchain_type = "@bazel_tools//tools/python:toolchain_type",
 )
 
-cc_library(
-    name = "python_headers",
-    hdrs = glob(["include/**/*.h"]),
-    includes = ["include"],
-)
-
 # pybind11 alone (it is headers only and the same for every CPython): the wheels of other
 # CPythons pair it with their own python_headers.
 cc_library(
@@ -87,15 +98,7 @@ cc_library(
     hdrs = glob(["pybind11_include/pybind11/**/*.h"]),
     includes = ["pybind11_include"],
 )
-
-cc_library(
-    name = "pybind11",
-    deps = [
-        ":pybind11_headers",
-        ":python_headers",
-    ],
-)
-""".format(python = python))
+""".format(python = python) + _HEADERS_BUILD.format(pybind11_headers = ":pybind11_headers"))
 
 python_configure = repository_rule(
     implementation = _python_configure_impl,
@@ -152,20 +155,9 @@ def _python_headers_impl(ctx):
 package(default_visibility = ["//visibility:public"])
 
 # CPython {version}'s headers ({python}).
-cc_library(
-    name = "python_headers",
-    hdrs = glob(["include/**/*.h"]),
-    includes = ["include"],
-)
-
-cc_library(
-    name = "pybind11",
-    deps = [
-        ":python_headers",
-        "@local_python//:pybind11_headers",
-    ],
-)
-""".format(version = ctx.attr.version, python = python))
+""".format(version = ctx.attr.version, python = python) + _HEADERS_BUILD.format(
+        pybind11_headers = "@local_python//:pybind11_headers",
+    ))
 
 python_headers_configure = repository_rule(
     implementation = _python_headers_impl,
