@@ -97,10 +97,11 @@ def test_the_gate_refuses_only_what_needs_torch_xla():
     assert isinstance(info.value, _versions.UnsupportedStackError)
 
 
-def test_the_stack_command_names_each_refusal(tmp_path):
-    import shutil
+CLI = str(pathlib.Path(sys.executable).parent / "torch-xla-ext")  # the wheel's console script, in this venv
 
-    out = subprocess.run([shutil.which("torch-xla-ext"), "stack"], cwd=tmp_path, capture_output=True, text=True,
+
+def test_the_stack_command_names_each_refusal(tmp_path):
+    out = subprocess.run([CLI, "stack"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 1, out.stdout + out.stderr  # some features are refused here
     lines = out.stdout.splitlines()
@@ -112,11 +113,9 @@ def test_the_stack_command_names_each_refusal(tmp_path):
 
 
 def test_the_numerics_command_compares_files_without_torch_xla(tmp_path):
-    import shutil
-
     np.save(tmp_path / "a.npy", np.float32([1, 2, 3]))
     np.save(tmp_path / "b.npy", np.float32([1, 2, 3.5]))
-    out = subprocess.run([shutil.which("torch-xla-ext"), "numerics", "--actual", "a.npy", "--expected", "b.npy"],
+    out = subprocess.run([CLI, "numerics", "--actual", "a.npy", "--expected", "b.npy"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 1, out.stderr  # a mismatch is a failed check
     assert "Mismatched elements: 1 / 3 (33.3%)" in out.stdout
