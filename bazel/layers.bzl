@@ -20,7 +20,6 @@ TXE_PY_LAYERS = [
     # (the one JSON encoding), _validation (the one validator of untrusted files, pydantic), _cache
     # (the bounded cache of slow-to-make entries).
     ("errors", ["errors.py"], []),
-    ("_versions", ["_versions.py"], []),
     ("_dtypes", ["_dtypes.py"], []),
     ("_json", ["_json.py"], []),
     ("_validation", ["_validation.py"], []),
@@ -34,6 +33,8 @@ TXE_PY_LAYERS = [
     ("_ext", [], ["errors"]),
     # The only code that touches torch_xla's and JAX's private APIs: not the extension.
     ("_compat", ["_compat/**/*.py"], ["_dtypes", "_json", "_validation", "errors"]),
+    # The gate: probes what _compat relies on (_compat/capabilities.py) for each feature.
+    ("_versions", ["_versions.py"], ["_compat", "errors"]),
     # StableHLO text parsed (with the nesting guard) and HLO converted, for export and parity.
     ("_mlir_text", ["_mlir_text.py"], ["_compat", "errors"]),
     # StableHLO -> the value graph (cc/graph) through jaxlib's MLIR, for export and parity.
@@ -47,5 +48,5 @@ TXE_PY_LAYERS = [
     ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_mlir_text", "_plot", "_validation", "_versions", "errors", "numerics"]),
     # Composition and the command line.
     ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
-    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "doctor", "errors", "export", "graph_breaks", "numerics", "parity"]),
+    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "_json", "_versions", "doctor", "errors", "export", "graph_breaks", "numerics", "parity"]),
 ]

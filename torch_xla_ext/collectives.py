@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from torch_xla_ext import _versions
 
-_versions.require_torch_stack("collectives")  # before anything here imports torch
+_versions.require("collectives")  # before anything here imports torch
 
 import math
 import operator

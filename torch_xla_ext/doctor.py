@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from torch_xla_ext import _versions
 
-_versions.require_torch_stack("doctor")  # before anything here imports torch
+_versions.require("doctor")  # before anything here imports torch
 
 import dataclasses
 import math
@@ -35,13 +35,14 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-import numpy as np
-
-from torch_xla_ext import _device, _factory, _json, _plot, collectives, export, graph_breaks, jax_call, numerics
-from torch_xla_ext._compat import pytree
-from torch_xla_ext._compat import stablehlo as _shlo
+from torch_xla_ext import collectives
+from torch_xla_ext import _device, _factory, _json, _plot
 from torch_xla_ext.errors import InternalError, TorchXlaExtError, first_line
-from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
+
+if _versions.available("graph_breaks") and _versions.available("graph_breaks.openxla"):
+    from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
+else:  # graph_breaks cannot run here (its section says why); the block's print still needs a sink
+    DISCARD = open(os.devnull, "w")  # noqa: SIM115 - the process's, like sys.stdout
 
 __all__ = ["DoctorBlock", "DoctorReport", "SectionFailed", "example", "export_section", "graph_breaks_section",
            "jax_call_section", "json_safe", "parity_section", "run"]
@@ -70,7 +71,7 @@ class DoctorBlock(torch.nn.Module):
     all-reduce is the identity times ``SCALE``.
     """
 
-    def __init__(self, width: int = WIDTH, *, use_jax: bool = True, graph_break: bool = True,
+    def __init__(self, width: int = WIDTH, *, use_jax: bool | None = None, graph_break: bool = True,
                  fallback: bool = True, all_reduce: bool = True):
         super().__init__()
         self.norm = torch.nn.LayerNorm(width)
@@ -79,6 +80,8 @@ class DoctorBlock(torch.nn.Module):
         self.up = torch.nn.Linear(width, 2 * width)
         self.down = torch.nn.Linear(2 * width, width)
         self.register_buffer("unused", torch.ones(width))  # the argument JAX ignores
+        if use_jax is None:  # the JAX gate wherever this stack runs call_jax (not on CPython 3.10: no jax 0.7.1)
+            use_jax = _versions.available("jax_call")
         self.use_jax, self.graph_break, self.fallback, self.all_reduce = use_jax, graph_break, fallback, all_reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,6 +94,8 @@ class DoctorBlock(torch.nn.Module):
         h = self.down(F.gelu(self.up(x)))
         if self.use_jax:
             if x.device.type == "xla":
+                from torch_xla_ext import jax_call
+
                 h = jax_call.call_jax(_gate, (h, x, self.unused))
             else:
                 h = h * torch.sigmoid(x)
@@ -314,6 +319,13 @@ def _plot_ulps(reports, path: str) -> str | None:
 
 
 def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
+    import numpy as np
+
+    # each section imports its components: one this stack refuses is that section's finding
+    from torch_xla_ext import export, numerics
+    from torch_xla_ext._compat import pytree
+    from torch_xla_ext._compat import stablehlo as _shlo
+
     bundle = export.export(model, inputs, kwargs)
     bundle_dir = os.path.join(out_dir, "bundle")
     bundle.save(bundle_dir)
@@ -396,6 +408,8 @@ def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
 def jax_call_section(model, inputs) -> tuple[str, str, dict]:
     import torch_xla
 
+    from torch_xla_ext import jax_call  # refused with what this stack lacks: a finding
+
     dev = torch_xla.device()
     x = inputs[0].to(dev)
     mapping = jax_call.explain(_gate, (x, x, model.unused.to(dev)))
@@ -410,6 +424,8 @@ def jax_call_section(model, inputs) -> tuple[str, str, dict]:
 
 
 def graph_breaks_section(model_spec, out_dir, progress, steps) -> tuple[str, str, dict]:
+    from torch_xla_ext import graph_breaks
+
     cmp = graph_breaks.compare(model_spec, modes=("lazy", "dynamo"), warmup=2, steps=steps, progress=progress)
     plotted = cmp.plot(os.path.join(out_dir, "graph_breaks.png"))
     cmp.write_html(os.path.join(out_dir, "graph_breaks.html"))
@@ -450,6 +466,8 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
     os.makedirs(out_dir, exist_ok=True)
     if model is None:
         name = "embedded example (DoctorBlock: attention + MLP, call_jax gate, print, digamma, all_reduce)"
+        if not _versions.available("jax_call"):
+            name = name.replace("call_jax gate, ", "") + "; the call_jax gate left out: jax_call cannot run here"
         model_fn, inputs, kwargs = example_model, example_inputs(), {}
         export_fn = lambda: _export_variant(example_model())  # noqa: E731
         gb_spec = "torch_xla_ext.doctor:example"

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from torch_xla_ext import _versions
 
-_versions.require_torch_stack("jax_call")  # before anything here imports torch
+_versions.require("jax_call")  # before anything here imports torch
 
 import dataclasses
 from typing import Any, Callable, NamedTuple

@@ -77,11 +77,14 @@ def test_every_import_is_declared(wheel):
     assert undeclared_imports({"x.py": "def f():\n    import yaml\n"}, declared) == {"yaml": "x.py"}
 
 
-def test_stack_is_exact_and_the_rest_are_ranges(wheel):
+def test_stack_is_the_xla_extra_and_the_rest_are_ranges(wheel):
     reqs = [Requirement(r) for r in _requires(wheel)]
     pins = _pins()
-    exact = {_norm(r.name): str(r.specifier) for r in reqs if _norm(r.name) in STACK}
+    exact = {_norm(r.name): str(r.specifier) for r in reqs if any(s.operator == "==" for s in r.specifier)}
     assert exact == {n: f"=={pins[n]}" for n in STACK}, exact  # requirements.txt's pins, nothing else
+    for r in reqs:
+        if _norm(r.name) in exact and "==" in str(r.specifier):
+            assert 'extra == "xla"' in str(r.marker), r  # the base asks for no torch stack
     numpy_req = next(r for r in reqs if r.name == "numpy")
     assert all(s.operator != "==" for s in numpy_req.specifier) and numpy_req.specifier.contains("1.26.0")
     assert any(r.name == "matplotlib" and str(r.marker) == 'extra == "plot"' for r in reqs), reqs
@@ -96,19 +99,21 @@ def test_wheel_ships_the_pins_it_requires(wheel):
     text = zipfile.ZipFile(wheel).read("torch_xla_ext/_pins.txt").decode()
     shipped = {_norm(r.name): str(r.specifier) for r in map(Requirement, filter(None, (
         line.split("#", 1)[0].strip() for line in text.splitlines())))}
-    required = {_norm(r.name): str(r.specifier) for r in map(Requirement, _requires(wheel)) if _norm(r.name) in STACK}
+    required = {_norm(r.name): str(r.specifier) for r in map(Requirement, _requires(wheel))
+                if _norm(r.name) in STACK and "==" in str(r.specifier)}
     assert shipped == required, (shipped, required)
 
 
-def test_installing_into_the_pinned_image_changes_none_of_it(wheel):
-    """pip's resolver, asked what `pip install` of the wheel would do in this venv (the pinned
-    torch, torch_xla and jax: the image a training job has): install the wheel, nothing else.
-    --no-index keeps it offline: a requirement the installed stack does not meet cannot be met
-    from anywhere, so pip fails and the test names pip's reason."""
+@pytest.mark.parametrize("extras", ["", "[xla]", "[xla,jax,torch]"])
+def test_installing_into_the_pinned_image_changes_none_of_it(wheel, extras):
+    """pip's resolver, asked what `pip install` of the wheel (with the stack's extras) would do in
+    this venv (the pinned torch, torch_xla and jax: the image a training job has): install the
+    wheel, nothing else. --no-index keeps it offline: a requirement the installed stack does not
+    meet cannot be met from anywhere, so pip fails and the test names pip's reason."""
     stack = {n: importlib.metadata.version(n).split("+")[0] for n in STACK}
     assert stack == {n: _pins()[n] for n in STACK}, stack
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-input",
-                           "--disable-pip-version-check", "--quiet", "--report", "-", str(wheel)],
+                           "--disable-pip-version-check", "--quiet", "--report", "-", f"{wheel}{extras}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"pip would change the pinned stack or cannot resolve it:\n{proc.stderr[-3000:]}"
     report = json.loads(proc.stdout)
@@ -172,8 +177,9 @@ def test_wheel_contents(wheel):
     assert not any(n.startswith("torch_xla_ext/_ext/") and not n.endswith(".pyi") for n in names)  # stubs only
     meta = zipfile.ZipFile(wheel).read("torch_xla_ext-0.1.0.dist-info/METADATA").decode()
     pins = _pins()
-    assert f"Requires-Dist: torch=={pins['torch']}" in meta and f"Requires-Dist: torch-xla=={pins['torch-xla']}" in meta
-    assert f"Requires-Dist: jax=={pins['jax']}" in meta
+    assert f'Requires-Dist: torch=={pins["torch"]}; extra == "xla"' in meta
+    assert f'Requires-Dist: torch-xla=={pins["torch-xla"]}; extra == "xla"' in meta
+    assert f'Requires-Dist: jax=={pins["jax"]}; extra == "xla" and python_version >= "3.11"' in meta
     # The RECORD lists every file with its hash (wheel's WheelFile checks them as it reads).
     from wheel.wheelfile import WheelFile
 

@@ -25,25 +25,25 @@ and outputs named by pytree path); `lazy` (torch_xla's lazy trace); `exporter` (
 torch_xla). No module imports one above it.
 
 The JAX side (`load`, `run`, the transforms, `to_jax`, `load_jax`) imports JAX only, never torch,
-and works on every JAX from the pin (0.7.1) to the newest tested (0.10.2) with only `jax[cpu]`,
+and works on every JAX from the pin (0.7.1) to the newest tested (0.12) with only `jax[cpu]`,
 numpy, ml_dtypes, flatbuffers and this wheel installed; `export` (the torch side) checks the
 pinned torch stack when called.
 """
 
-from torch_xla_ext.export.bundle import Bundle, inline_constants, load, strip_tokens, to_jax
+from torch_xla_ext.export.bundle import Bundle, inline_constants, load, load_jax, strip_tokens, to_jax
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
-                                        ExportLoweringError, ModuleTextError, RunInputError, UnknownDialectError,
-                                        WeightsTooLargeError)
+                                        ExportLoweringError, JaxExportExpiredError, ModuleTextError, RunInputError,
+                                        UnknownDialectError, WeightsTooLargeError)
 from torch_xla_ext.export.exporter import ExportOptions, export
 from torch_xla_ext.export.manifest import FORMAT_VERSION, INPUT_KINDS, MANIFEST_FILE, Collective, Input, Manifest
 from torch_xla_ext.export.files import ARTIFACT_FILE, JAX_EXPORT_DIR, MODULE_FILE
 from torch_xla_ext.export.runner import run
-from torch_xla_ext.export.transforms import JaxExport, load_jax
+from torch_xla_ext.export.transforms import JaxExport
 
 __all__ = [
     "ARTIFACT_FILE", "Bundle", "BundleError", "BundleFileNotFoundError", "BundleTypeError", "BundleVersionError",
     "Collective", "ExportLoweringError", "ExportOptions", "FORMAT_VERSION", "INPUT_KINDS", "Input", "JAX_EXPORT_DIR",
-    "JaxExport", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "ModuleTextError", "RunInputError", "UnknownDialectError",
+    "JaxExport", "JaxExportExpiredError", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "ModuleTextError", "RunInputError", "UnknownDialectError",
     "WeightsTooLargeError", "export",
     "inline_constants", "load", "load_jax", "run", "strip_tokens", "to_jax",
 ]

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from torch_xla_ext import _versions
 from torch_xla_ext._compat import stablehlo as _shlo
 from torch_xla_ext.export import graph, transforms
-from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError, BundleTypeError
+from torch_xla_ext.export.errors import BundleError, BundleFileNotFoundError, BundleTypeError, JaxExportExpiredError
 from torch_xla_ext.export.files import (ARTIFACT_FILE, JAX_EXPORT_DIR, MODULE_FILE, RESOURCES_DIR, load_npy, read_file,
                                         read_json, save_npy, typed_errors)
 from torch_xla_ext.export.manifest import (MANIFEST_FILE, RESOURCES_FORMAT_VERSION, Input, Manifest, dtype_name,
@@ -209,6 +210,7 @@ def load(path: str | os.PathLike) -> Bundle:
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise BundleFileNotFoundError(f"{path}: not a directory")
+    _versions.require("export.jax")
     mpath = os.path.join(path, MANIFEST_FILE)
     if not os.path.lexists(mpath) and _shlo.is_saved_dir(path):
         with typed_errors():
@@ -298,4 +300,15 @@ def _taking_directories(transform: Any) -> Any:
 strip_tokens = _taking_directories(transforms.strip_tokens)
 inline_constants = _taking_directories(transforms.inline_constants)
 to_jax = _taking_directories(transforms.to_jax)
+
+
+@functools.wraps(transforms.load_jax)
+def load_jax(path: str | os.PathLike) -> transforms.JaxExport:
+    try:
+        return transforms.load_jax(path)
+    except JaxExportExpiredError:
+        # a bundle directory keeps its StableHLO: re-lowered in the running JAX, the window does not bite
+        if isinstance(path, (str, os.PathLike)) and os.path.isfile(os.path.join(os.fspath(path), MANIFEST_FILE)):
+            return transforms.to_jax(load(path))
+        raise
 

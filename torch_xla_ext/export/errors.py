@@ -26,6 +26,11 @@ class BundleVersionError(BundleError):
     running JAX's window; names the file and the versions that are read here."""
 
 
+class JaxExportExpiredError(BundleVersionError):
+    """A serialized ``jax.export`` older than the running JAX reads (its 6-month window). A bundle
+    directory that holds one is re-lowered from its StableHLO instead (``export.load_jax``)."""
+
+
 class BundleFileNotFoundError(NotFoundError):
     """A file the manifest refers to (or the manifest itself) is missing."""
 

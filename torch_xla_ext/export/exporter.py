@@ -67,7 +67,7 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
         >>> [i.kind for i in b.manifest.inputs]
         ['parameter', 'parameter', 'user_input']
     """
-    _versions.require_torch_stack("export.export")
+    _versions.require("export.export")
     import torch
 
     options = options or ExportOptions()

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from torch_xla_ext import _versions
 from torch_xla_ext._cache import MakeOnceCache
 from torch_xla_ext._compat import jax_mlir
 from torch_xla_ext.errors import first_line
@@ -126,6 +127,7 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
         >>> [len(r) for r in run(bundle, (x.numpy(),), (x.numpy(),), num_replicas=2)]   # [[out0 on replica 0], [... 1]]
         [1, 1]
     """
+    _versions.require("export.jax")
     bundle = as_bundle(bundle_or_dir, "bundle_or_dir")
     if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
         raise RunInputError(f"num_replicas: expected an int >= 1, got {num_replicas!r}")

@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from torch_xla_ext import _dtypes, _json
+from torch_xla_ext import _dtypes, _json, _versions
 from torch_xla_ext._compat import jax_export, jax_mlir
 from torch_xla_ext.export import graph, main_wrapper, tensor_file
 from torch_xla_ext.export.files import JAX_EXPORT_DIR, MODULE_FILE, read_file
 from torch_xla_ext.export.manifest import Manifest
 from torch_xla_ext.export.program import constant_to_argument, mlir_module, resource_name, resource_of, used_resources
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
+                                        JaxExportExpiredError,
                                         RunInputError, WeightsTooLargeError)
 from torch_xla_ext.export.manifest import dtype_name, is_python_constant, np_dtype
 
@@ -139,6 +140,7 @@ def strip_tokens(bundle: Bundle) -> Bundle:
 
     Example: ``run(strip_tokens(bundle), x)`` takes the same user inputs and gives the same result.
     """
+    _versions.require("export.jax")
     bundle = as_bundle(bundle)
     drop = {}
     for inp in bundle.manifest.inputs:
@@ -156,6 +158,7 @@ def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
 
     Example: ``b = inline_constants(bundle, weights=True)`` leaves only user inputs and tokens.
     """
+    _versions.require("export.jax")
     bundle = as_bundle(bundle)
     kinds = ("constant", "parameter", "buffer") if weights else ("constant",)
     drop: dict[int, np.ndarray | str] = {}
@@ -256,7 +259,10 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     Exported whose calling convention lies outside the running JAX's window, or a serialization
     this JAX cannot read, raises BundleVersionError naming the file and the window (JAX itself
     would call an Exported of a newer calling convention without checking). Other bad files raise
-    BundleError / BundleFileNotFoundError naming the file.
+    BundleError / BundleFileNotFoundError naming the file. One older than the running JAX reads
+    (jax.export keeps a 6-month window: jax 0.11.1 and later refuse jax 0.7.1's serializations)
+    raises JaxExportExpiredError, a BundleVersionError; ``export.load_jax`` of a bundle directory
+    re-lowers the bundle's StableHLO instead, so the window does not bite a bundle.
 
     Example: ``(y,) = load_jax("/tmp/m.jax").call(x)``.
     """
@@ -268,6 +274,7 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise BundleFileNotFoundError(f"{path}: missing (a directory written by JaxExport.save)")
+    _versions.require("export.jax")
     if os.path.isdir(os.path.join(path, JAX_EXPORT_DIR)):
         path = os.path.join(path, JAX_EXPORT_DIR)
     epath, wpath = os.path.join(path, EXPORTED_FILE), os.path.join(path, WEIGHTS_FILE)
@@ -275,6 +282,9 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     try:
         exported = jax_export.deserialize(data)
     except ValueError as e:
+        if jax_export.expired(e):  # jax's words: matched in _compat
+            raise JaxExportExpiredError(f"{epath}: serialized by a jax.export older than jax {jax.__version__} "
+                                        f"reads ({e}); re-export it, or load the bundle directory") from None
         newer = jax_export.unsupported_version(e)  # jax's words: matched in _compat
         if newer is not None and newer > 0:
             raise BundleVersionError(f"{epath}: written by a newer jax.export than jax {jax.__version__} reads "
@@ -282,6 +292,9 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
         raise BundleError(f"{epath}: not a jax.export.Exported this JAX ({jax.__version__}) reads: {e}") from None
     low, high = jax_export.calling_convention_window()
     version = exported.calling_convention_version
+    if version < low:
+        raise JaxExportExpiredError(f"{epath}: calling convention version {version} is below jax {jax.__version__}'s "
+                                    f"window [{low}, {high}]; re-export it, or load the bundle directory")
     if not low <= version <= high:
         raise BundleVersionError(f"{epath}: calling convention version {version} is outside jax {jax.__version__}'s "
                                  f"window [{low}, {high}] (jax.export's minimum/maximum_supported_calling_"
@@ -328,6 +341,7 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
         >>> logits.shape, str(logits.dtype)
         ((2, 4), 'float32')
     """
+    _versions.require("export.jax")
     import jax  # as in load_jax
     import jax.export  # a submodule `import jax` does not load
     from jax.extend import mlir as jmlir
