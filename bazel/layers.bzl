@@ -32,12 +32,13 @@ TXE_PY_LAYERS = [
     ("_ext", [], ["errors"]),
     # The only code that touches torch_xla's and JAX's private APIs: not the extension.
     ("_compat", ["_compat/**/*.py"], ["_json", "errors"]),
-    # The gate: probes what _compat relies on (_compat/capabilities.py) for each feature.
-    ("_versions", ["_versions.py"], ["_compat", "errors"]),
+    # The gate: probes what _compat relies on (_compat/capabilities.py) for each feature, and
+    # that the extension loads in this CPython.
+    ("_versions", ["_versions.py"], ["_compat", "_ext", "errors"]),
     # StableHLO -> the value graph (cc/graph) through jaxlib's MLIR, for export and parity.
     ("_mlir_graph", ["_mlir_graph.py"], ["_compat"]),
     # Components.
-    ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "errors"]),
+    ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "_versions", "errors"]),
     ("collectives", ["collectives.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
     ("jax_call", ["jax_call.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
     ("export", ["export/**/*.py"], ["_compat", "_dtypes", "_ext", "_json", "_mlir_graph", "_validation", "_versions", "errors"]),
