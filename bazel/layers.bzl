@@ -33,14 +33,15 @@ TXE_PY_LAYERS = [
     ("_ext", [], ["errors"]),
     # The only code that touches torch_xla's and JAX's private APIs: not the extension.
     ("_compat", ["_compat/**/*.py"], ["_dtypes", "_json", "_validation", "errors"]),
-    # The gate: probes what _compat relies on (_compat/capabilities.py) for each feature.
-    ("_versions", ["_versions.py"], ["_compat", "errors"]),
+    # The gate: probes what _compat relies on (_compat/capabilities.py) for each feature, and
+    # that the extension loads in this CPython.
+    ("_versions", ["_versions.py"], ["_compat", "_ext", "errors"]),
     # StableHLO text parsed (with the nesting guard) and HLO converted, for export and parity.
     ("_mlir_text", ["_mlir_text.py"], ["_compat", "errors"]),
     # StableHLO -> the value graph (cc/graph) through jaxlib's MLIR, for export and parity.
     ("_mlir_graph", ["_mlir_graph.py"], ["_compat", "_ext"]),
     # Components.
-    ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "errors"]),
+    ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "_versions", "errors"]),
     ("collectives", ["collectives.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
     ("jax_call", ["jax_call.py"], ["_cache", "_compat", "_dtypes", "_ext", "_versions", "errors"]),
     ("export", ["export/**/*.py"], ["_cache", "_compat", "_dtypes", "_ext", "_json", "_mlir_graph", "_mlir_text", "_validation", "_versions", "errors"]),

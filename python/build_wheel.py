@@ -41,7 +41,10 @@ RANGES = {
     "scipy": ">=1.12",
     "safetensors": ">=0.4",  # parity's cross-process captures (never pickle)
     "jinja2": ">=3.1",  # parity's HTML page (autoescape); torch requires it too
-    "pydantic": ">=2.0",  # the schemas of saved graph-break reports and parity captures (_validation.py)
+    "pydantic": ">=2.0",  # every untrusted file's schema: bundle manifests, reports, captures (_validation.py)
+    # _validation's TypedDict and NotRequired (pydantic refuses typing's before CPython 3.12);
+    # pydantic 2.0's own floor.
+    "typing-extensions": ">=4.6.1",
 }
 # Optional features besides the stack: `pip install 'torch-xla-ext[plot]'` adds the PNG plots.
 EXTRAS = {

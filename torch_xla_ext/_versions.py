@@ -4,9 +4,12 @@ It decides by capabilities, not version strings. Each feature names the groups o
 its ``_compat`` wrappers rely on (``FEATURES``; the names themselves are in
 :mod:`torch_xla_ext._compat.capabilities`). :func:`require` checks, once per process and feature:
 
+0. that the package's own extension module loads in this interpreter (each wheel is built for one
+   CPython: another one is refused naming both, with the wheel to install);
 1. that the distributions those APIs come from are installed (package metadata only: nothing is
    imported yet, so a JAX-only install is refused before anything looks for torch);
-2. that each top-level package loads (a torch_xla whose ``_XLAC`` links another torch does not);
+2. that each top-level package loads (a torch_xla whose ``_XLAC`` links another torch does not:
+   the refusal names the torch commit torch_xla's build says it was built against);
 3. that every API of the feature's groups resolves (an import and attribute lookups, no calls).
 
 Anything that passes is accepted: a torch or torch_xla patch release, a local build
@@ -33,11 +36,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import os
 import pathlib
 import platform
 import re
+import sys
 import threading
 
 from torch_xla_ext.errors import TorchXlaExtError
@@ -205,6 +212,63 @@ def distributions(feature: str) -> tuple[str, ...]:
     return tuple(d for d in STACK if d in found)
 
 
+@functools.cache
+def _extension_problem() -> str | None:
+    """None when the package's own extension module loads in this interpreter, else why not: each
+    wheel's ``_ext.so`` is built for one CPython (pybind11 refuses another one at import), and a
+    checkout's ``_ext.cpython-3XY-*.so`` is found only by that CPython."""
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    try:
+        module = importlib.import_module("torch_xla_ext._ext")
+    except ImportError as e:
+        return (f"torch_xla_ext's extension module does not load in {python}{_built_for()}: "
+                f"{str(e).strip().splitlines()[0]}")
+    if getattr(module, "__file__", None) is None:  # only _ext/'s stubs: a namespace, no extension
+        here = pathlib.Path(__file__).parent
+        found = sorted(p.name for p in here.glob("_ext*.so")) or ["none"]
+        return (f"torch_xla_ext has no extension module for {python} in {here} (found: {', '.join(found)}; this "
+                f"interpreter loads {' or '.join('_ext' + s for s in importlib.machinery.EXTENSION_SUFFIXES)})")
+    return None
+
+
+def _built_for() -> str:
+    """' (the installed wheel is cp311-cp311-linux_x86_64: built for CPython 3.11)', from the
+    wheel's own record of its tag; '' where there is none (a checkout)."""
+    try:
+        text = importlib.metadata.distribution("torch-xla-ext").read_text("WHEEL") or ""
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+    m = re.search(r"^Tag:\s*(cp3(\d+)-\S+)", text, re.MULTILINE)
+    return f" (the installed wheel is {m.group(1)}: built for CPython 3.{m.group(2)})" if m else ""
+
+
+def _extension_advice() -> str:
+    tag = "cp%d%d" % sys.version_info[:2]
+    return (f"install the torch_xla_ext wheel built for this CPython ({tag}: README.md, \"Install\", lists the "
+            f"CPythons with a wheel), or in a checkout run `make develop` with a venv of this CPython")
+
+
+def require_extension() -> None:
+    """Raises UnsupportedStackError when the package's extension module does not load in this
+    interpreter (another CPython's build): for modules that load it on import before any feature
+    of theirs is used (the export package, whose JAX side checks its stack when called)."""
+    message = _message("torch_xla_ext", [p for p in (_extension_problem(),) if p], [_extension_advice()])
+    if message is not None:
+        raise UnsupportedStackError(message)
+
+
+def _torch_commit_of_torch_xla() -> str | None:
+    """The torch commit torch_xla's build names (``__torch_gitrev__`` in torch_xla/version.py), read
+    without importing torch_xla; None where it says none."""
+    try:
+        spec = importlib.util.find_spec("torch_xla")
+        text = pathlib.Path(spec.origin).with_name("version.py").read_text() if spec and spec.origin else ""
+    except (ImportError, OSError, ValueError):
+        return None
+    m = re.search(r"^__torch_gitrev__\s*=\s*['\"]([0-9a-f]{7,40})['\"]", text, re.MULTILINE)
+    return m.group(1) if m else None
+
+
 def _feature(feature: str) -> Feature:
     if feature not in FEATURES:
         raise ValueError(f"unknown feature {feature!r}: known are {', '.join(FEATURES)}")
@@ -220,6 +284,10 @@ def _refusal(feature: str) -> str | None:
     needed = distributions(feature)
     problems: list[str] = []
     advice: list[str] = []
+    extension = _extension_problem()
+    if extension is not None:
+        problems.append(extension)
+        advice.append(_extension_advice())
     absent = [d for d in needed if have[d] is None]
     for d in absent:
         problems.append(f"{d} is not installed")
@@ -233,6 +301,10 @@ def _refusal(feature: str) -> str | None:
                 problems.append(f"{d} {have[d]} does not load: {why}")
                 advice.append(f"install the {d} that matches the rest of the stack (torch_xla's _XLAC links the "
                               f"torch it was built with; jax needs the jaxlib of its release)")
+                if d == "torch_xla" and _torch_commit_of_torch_xla():
+                    advice.append(f"torch_xla {have[d]} was built against torch commit {_torch_commit_of_torch_xla()} "
+                                  f"(torch_xla/version.py's __torch_gitrev__): install the torch release or build of "
+                                  f"that commit next to it (an upstream torch_xla X.Y pairs with torch X.Y)")
         apis = [(g, n, w) for g, n, w in capabilities.missing(*spec.groups)
                 if capabilities.distribution_of(n) not in broken]
         for g, name, why in apis:
@@ -242,10 +314,14 @@ def _refusal(feature: str) -> str | None:
             dists = sorted({capabilities.distribution_of(n) for _, n, _ in apis}, key=STACK.index)
             advice.append(f"install a {' / '.join(dists)} that has these APIs (the tested releases do), or set "
                           f"{SKIP_ENV}=1 to try anyway")
+    return _message(spec.title, problems, advice)
+
+
+def _message(title: str, problems: list[str], advice: list[str]) -> str | None:
     if not problems:
         return None
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return (f"{spec.title} cannot run on this stack: {problems[0]}{more}\n  - " + "\n  - ".join(problems)
+    return (f"{title} cannot run on this stack: {problems[0]}{more}\n  - " + "\n  - ".join(problems)
             + f"\nInstalled: {summary()}.\nTested: {_tested()}; any build whose APIs above resolve is accepted."
             + "\nTo do: " + "; ".join(dict.fromkeys(advice)) + ".")
 

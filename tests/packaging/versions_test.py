@@ -175,6 +175,7 @@ def test_a_torch_xla_that_does_not_load_is_named(tmp_path):
     pkg = tmp_path / "torch_xla"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("raise ImportError('_XLAC.so: undefined symbol: _ZN3c1017StorageImplE')\n")
+    (pkg / "version.py").write_text("__version__ = '2.9.0'\n__torch_gitrev__ = 'cbe1a35dbdfdc9b7490212bdd812f3e2f4ce9e2d'\n")
     _fake_dist(tmp_path, "torch_xla", "2.9.0+gitabc1234")
     r = _run("""
         from torch_xla_ext import _versions
@@ -188,6 +189,9 @@ def test_a_torch_xla_that_does_not_load_is_named(tmp_path):
     assert ("torch_xla 2.9.0+gitabc1234 does not load: importing torch_xla failed: ImportError: _XLAC.so: "
             "undefined symbol: _ZN3c1017StorageImplE") in r.stdout, r.stdout
     assert "install the torch_xla that matches the rest of the stack" in r.stdout
+    # What torch it needs, from torch_xla's own build record (read, not imported).
+    assert ("torch_xla 2.9.0+gitabc1234 was built against torch commit cbe1a35dbdfdc9b7490212bdd812f3e2f4ce9e2d "
+            "(torch_xla/version.py's __torch_gitrev__)") in r.stdout, r.stdout
     assert r.stdout.splitlines()[-1] == "tested"  # Dynamo's half needs no torch_xla
 
 
@@ -209,6 +213,71 @@ def test_the_jax_side_names_a_missing_jax_api_instead_of_failing_inside(tmp_path
     assert message.startswith("the export bundle's JAX side (export.load, run, strip_tokens, inline_constants, "
                               "to_jax, load_jax) cannot run on this stack:")
     assert "jax.extend.mlir.serialize_portable_artifact (used by _compat/jax_mlir.py)" in message
+
+
+# Another CPython than the extension's: the wheel's _ext.so (pybind11 refuses it at import) and a
+# checkout's _ext.cpython-311-*.so (another CPython does not even find it). Any CPython of the
+# wheels but this one will do; its standard library is all the gate needs.
+OTHER_PYTHON = next((p for p in wheel_pythons() if p != "%d.%d" % sys.version_info[:2]), None)
+
+
+@pytest.fixture(scope="module")
+def other_python() -> str:
+    import tool_venv  # python/ (//python:tool_venv; tests/conftest.py under plain pytest)
+
+    try:
+        return tool_venv.find_python(OTHER_PYTHON)
+    except tool_venv.ToolVenvError as e:
+        pytest.skip(f"no other CPython to import the package with: {e}")
+
+
+def _other(python: str, path: str, code: str):
+    env = dict(_no_pythonpath(), PYTHONPATH=path)
+    env.pop("TORCH_XLA_EXT_SKIP_VERSION_CHECK", None)
+    return subprocess.run([python, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=300, cwd="/")
+
+
+EXTENSION_REFUSED = """
+    from torch_xla_ext import _versions
+    for feature in ("numerics", "export.jax", "collectives"):
+        print(feature, "|", (_versions.refusal(feature) or "passes").replace("\\n", " / "))
+    try:
+        from torch_xla_ext import export
+    except ImportError as e:
+        print("export |", type(e).__name__, str(e).replace("\\n", " / "))
+"""
+
+
+def test_another_cpythons_checkout_is_refused_naming_the_extension(other_python):
+    r = _other(other_python, PKG_PARENT, EXTENSION_REFUSED)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" | ", 1) for line in r.stdout.splitlines())
+    tag = "cp" + OTHER_PYTHON.replace(".", "")
+    for feature, message in lines.items():
+        assert f"has no extension module for CPython {OTHER_PYTHON}." in message, (feature, message)
+        assert f"found: _ext.cpython-{sys.version_info[0]}{sys.version_info[1]}-" in message, message
+        assert f"Installed: CPython {OTHER_PYTHON}." in message, message
+        assert f"install the torch_xla_ext wheel built for this CPython ({tag}" in message, message
+    assert lines["export"].startswith("UnsupportedStackError torch_xla_ext cannot run on this stack:"), lines["export"]
+
+
+def test_another_cpythons_wheel_is_refused_naming_the_extension(other_python, tmp_path):
+    import zipfile
+
+    from tests.packaging.wheels import built_wheel
+
+    zipfile.ZipFile(built_wheel()).extractall(tmp_path)  # this CPython's wheel, as another CPython sees it
+    r = _other(other_python, str(tmp_path), EXTENSION_REFUSED)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" | ", 1) for line in r.stdout.splitlines())
+    for feature, message in lines.items():
+        # The loader's (or pybind11's) words, the wheel's tag from its own record, what to install instead.
+        this = "%d%d" % sys.version_info[:2]
+        assert (f"extension module does not load in CPython {OTHER_PYTHON}.") in message, (feature, message)
+        assert (f"(the installed wheel is cp{this}-cp{this}-linux_x86_64: built for CPython "
+                f"{sys.version_info[0]}.{sys.version_info[1]})") in message, message
+        assert "Tested: torch " in message and "README.md, \"Install\"" in message, message
 
 
 def test_an_unknown_feature_is_a_programming_error():
@@ -284,7 +353,7 @@ def _resolves(requires: list[str], extras: set[str], python: str) -> set[str]:
 def test_each_route_asks_for_its_stack_and_nothing_else():
     bw = _build_wheel()
     requires, _ = bw.requires(str(REPO / "python" / "requirements.txt"), _versions)
-    base = {"numpy", "ml-dtypes", "scipy", "safetensors", "jinja2", "pydantic"}
+    base = {"numpy", "ml-dtypes", "scipy", "safetensors", "jinja2", "pydantic", "typing-extensions"}
     assert _resolves(requires, set(), "3.12") == base  # no torch, no jax: a training image keeps its own
     assert _resolves(requires, {"xla"}, "3.12") == base | {"torch", "torch-xla", "jax", "jaxlib"}
     assert _resolves(requires, {"xla"}, "3.10") == base | {"torch", "torch-xla"}  # no jax 0.7.1 for 3.10

@@ -236,3 +236,25 @@ def test_doctor_runs_from_the_installed_wheel(venv, tmp_path):
     for f in ("report.md", "report.json", "graph_breaks.png", "numerics_ulp.png", "bundle/manifest.json"):
         assert (tmp_path / "report" / f).is_file(), f
     assert "[4/4] graph_breaks" in out.stderr  # progress went to stderr
+
+
+def test_pip_wheel_on_a_cpython_without_a_wheel_is_refused_before_bazel(tmp_path):
+    """`pip wheel .` from a CPython the wheels are not built for: the in-tree backend refuses it,
+    naming that CPython, the ones with a wheel and what to run, before Bazel starts."""
+    import tool_venv  # python/ (//python:tool_venv; tests/conftest.py under plain pytest)
+    from txe_build_backend import wheel_pythons
+
+    oldest = wheel_pythons()[0]
+    older = "%s.%d" % (oldest.split(".")[0], int(oldest.split(".")[1]) - 1)  # 3.9
+    try:
+        python = tool_venv.find_python(older)
+    except tool_venv.ToolVenvError as e:
+        pytest.skip(f"no CPython {older} here: {e}")
+    repo = pathlib.Path(__file__).resolve().parent.parent.parent
+    out = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", "--no-index", "-w", str(tmp_path), str(repo)],
+                         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and not list(tmp_path.glob("*.whl")), out.stdout + out.stderr
+    said = " ".join((out.stdout + out.stderr).split())
+    assert f"torch_xla_ext builds wheels for CPython {', '.join(wheel_pythons())}" in said, said[-3000:]
+    assert f"this is CPython {older} ({python})" in said and f"`python{wheel_pythons()[-1]} -m pip wheel .`" in said
+    assert "bazel build" not in said  # refused before Bazel

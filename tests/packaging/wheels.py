@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import re
 import subprocess
 import sys
 
@@ -16,15 +15,11 @@ import packaging.utils
 import packaging.version
 from packaging.requirements import Requirement
 
+# bazel/python_configure.bzl's WHEEL_PYTHONS, read by the build backend (python/: //python:build_backend,
+# tests/conftest.py under plain pytest).
+from txe_build_backend import wheel_pythons  # noqa: F401
+
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
-
-
-def wheel_pythons() -> list[str]:
-    """The CPythons a wheel is built for: bazel/python_configure.bzl's WHEEL_PYTHONS."""
-    text = (REPO / "bazel" / "python_configure.bzl").read_text()
-    m = re.search(r"^WHEEL_PYTHONS = \[([^\]]*)\]", text, re.MULTILINE)
-    assert m, "bazel/python_configure.bzl defines no WHEEL_PYTHONS"
-    return re.findall(r'"(3\.\d+)"', m.group(1))
 
 
 def wheel_tag(python: str | None = None) -> str:

@@ -26,9 +26,13 @@ torch_xla). No module imports one above it.
 
 The JAX side (`load`, `run`, the transforms, `to_jax`, `load_jax`) imports JAX only, never torch,
 and works on every JAX from the pin (0.7.1) to the newest tested (0.12) with only `jax[cpu]`,
-numpy, ml_dtypes, flatbuffers and this wheel installed; `export` (the torch side) checks the
-pinned torch stack when called.
+numpy, ml_dtypes, flatbuffers and this wheel installed; each checks what it uses where it is
+called (`_versions`, the gate).
 """
+
+from torch_xla_ext import _versions
+
+_versions.require_extension()  # graph.py loads the extension, built for one CPython
 
 from torch_xla_ext.export.bundle import Bundle, inline_constants, load, load_jax, strip_tokens, to_jax
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
