@@ -88,9 +88,12 @@ FEATURES: dict[str, Feature] = {
     "collectives": Feature("torch_xla_ext.collectives", ("torch_xla.runtime", "torch_xla.collectives")),
     "jax_call": Feature("torch_xla_ext.jax_call",
                         ("torch_xla.runtime", "torch_xla.call_jax", "jax.trace", "jax.export")),
-    "parity": Feature("torch_xla_ext.parity", ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug",
-                                               "torch_xla.scan", "torch.pytree", "jax.mlir",
-                                               "jaxlib.mhlo")),
+    # Importing parity and comparing a saved capture need torch alone (a process that compares
+    # never imports torch_xla or JAX); the XLA run and its replays need the rest.
+    "parity": Feature("torch_xla_ext.parity", ("torch.pytree",)),
+    "parity.xla": Feature("torch_xla_ext.parity's XLA run and replays",
+                          ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug", "torch_xla.scan",
+                           "torch.pytree", "jax.mlir", "jaxlib.mhlo")),
     # Dynamo's half of the ledger needs torch alone; the openxla bridge's partitions and XLA's
     # compiles and executions need torch_xla.
     "graph_breaks": Feature("torch_xla_ext.graph_breaks (Dynamo's half)", ("torch.dynamo", "torch.trace", "torch.pytree")),

@@ -30,15 +30,15 @@ x, y = np.array([1.0, -2.0, 3.0], np.float32), np.array([0.5, 4.0, -1.0], np.flo
 
 
 def test_the_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(runner, "_EXECUTABLES", _cache.MakeOnceCache(2))
+    monkeypatch.setattr(runner, "EXECUTABLES", _cache.MakeOnceCache(2))
     for op in OPS:
         (out,) = export.run(bundle(op), x, y)
         np.testing.assert_array_equal(out, OPS[op](x, y))
-    info = runner._EXECUTABLES.info()
+    info = runner.EXECUTABLES.info()
     assert (info.made, info.entries) == (4, 2)
     export.run(bundle("maximum"), x, y)  # still compiled
     export.run(bundle("add"), x, y)      # went first: compiled again
-    assert runner._EXECUTABLES.info().made == 5
+    assert runner.EXECUTABLES.info().made == 5
     assert runner.MAX_EXECUTABLES >= 4
 
 
@@ -71,10 +71,10 @@ def test_a_compile_does_not_block_a_compiled_bundle(monkeypatch):
 
 
 def test_a_failed_compile_is_not_kept(monkeypatch):
-    monkeypatch.setattr(runner, "_EXECUTABLES", _cache.MakeOnceCache(2))
+    monkeypatch.setattr(runner, "EXECUTABLES", _cache.MakeOnceCache(2))
     bad = bundle("add")
     bad.module_text = bad.module_text.replace("stablehlo.add %x, %y", 'stablehlo.custom_call @txe_none(%x, %y)')
     bad.module_text = bad.module_text.replace(": tensor<3xf32>\n  return", ": (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n  return")
     with pytest.raises(export.BundleError, match="XLA cannot compile main"):
         export.run(bad, x, y)
-    assert len(runner._EXECUTABLES) == 0
+    assert len(runner.EXECUTABLES) == 0

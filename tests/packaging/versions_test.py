@@ -100,8 +100,9 @@ MISSING_API = """
     import sys, torch_xla
     del torch_xla._XLAC._get_ir_debug        # as a fork's _XLAC without it
     from torch_xla_ext import _versions
+    import torch_xla_ext.parity              # comparing a capture needs no torch_xla
     try:
-        import torch_xla_ext.parity
+        _versions.require("parity.xla")      # what parity's XLA run asks first
     except ImportError as e:
         print(type(e).__name__, "|", str(e).replace("\\n", " / "))
     _versions.require("collectives")
@@ -116,7 +117,7 @@ def test_a_missing_private_api_refuses_only_what_uses_it():
     refusal, others = r.stdout.strip().splitlines()
     kind, message = refusal.split(" | ", 1)
     assert kind == "UnsupportedStackError"
-    assert message.startswith("torch_xla_ext.parity cannot run on this stack:"), message
+    assert message.startswith("torch_xla_ext.parity's XLA run and replays cannot run on this stack:"), message
     assert ("torch_xla._XLAC._get_ir_debug (used by _compat/hlo_debug.py): torch_xla._XLAC has no attribute "
             "_get_ir_debug") in message
     assert "Installed: CPython" in message and f"torch_xla {_installed('torch_xla')}" in message
@@ -152,7 +153,7 @@ def test_a_missing_torch_xla_is_refused_before_torch_is_imported():
             return real(name)
         md.version = version
         from torch_xla_ext import _versions
-        for feature in ("parity", "collectives", "export.export", "graph_breaks.openxla", "export.jax"):
+        for feature in ("parity.xla", "collectives", "export.export", "graph_breaks.openxla", "export.jax"):
             print(feature, "|", (_versions.refusal(feature) or "passes").replace("\\n", " / "))
         print("torch imported:", "torch" in sys.modules)
         print("numerics |", _versions.refusal("numerics") or "passes")
@@ -160,12 +161,12 @@ def test_a_missing_torch_xla_is_refused_before_torch_is_imported():
     assert r.returncode == 0, r.stderr
     lines = dict(line.split(" | ", 1) for line in r.stdout.splitlines() if " | " in line)
     assert "torch imported: False" in r.stdout
-    for feature in ("parity", "collectives", "export.export", "graph_breaks.openxla"):
+    for feature in ("parity.xla", "collectives", "export.export", "graph_breaks.openxla"):
         assert "torch_xla is not installed" in lines[feature], lines[feature]
         assert "pip install 'torch-xla-ext[xla]'" in lines[feature]
     assert "torch_xla is not installed" not in lines["export.jax"]
     assert "jax is not installed" in lines["export.jax"] and "pip install 'torch-xla-ext[jax]'" in lines["export.jax"]
-    assert "Installed: CPython" in lines["parity"] and "torch_xla -" in lines["parity"]
+    assert "Installed: CPython" in lines["parity.xla"] and "torch_xla -" in lines["parity.xla"]
     assert lines["numerics"] == "passes"
 
 

@@ -76,7 +76,7 @@ def test_the_wheel_runs_on_current_torch_without_torch_xla():
     assert json.loads((PREPARED / "pinned.json").read_text())["torch"].startswith("2.9.")
 
 
-XLA_FEATURES = ("parity", "collectives", "jax_call", "export.export", "doctor", "graph_breaks.openxla")
+XLA_FEATURES = ("parity.xla", "collectives", "jax_call", "export.export", "doctor", "graph_breaks.openxla")
 
 
 def test_the_gate_refuses_only_what_needs_torch_xla():
@@ -92,8 +92,11 @@ def test_the_gate_refuses_only_what_needs_torch_xla():
     # Dynamo's half of the ledger asks for torch alone: whatever the probes say, not for torch_xla.
     assert _versions.distributions("graph_breaks") == ("torch",)
     assert "torch_xla is not installed" not in (_versions.refusal("graph_breaks") or "")
-    with pytest.raises(ImportError, match="torch_xla_ext.parity cannot run on this stack") as info:
-        import torch_xla_ext.parity  # noqa: F401
+    # parity imports (a saved capture compares on torch alone); its XLA run is refused.
+    from torch_xla_ext import parity
+
+    with pytest.raises(ImportError, match="torch_xla_ext.parity's XLA run and replays cannot run on this stack") as info:
+        parity.verify(torch.nn.Linear(4, 4), (torch.ones(2, 4),))
     assert isinstance(info.value, _versions.UnsupportedStackError)
 
 
@@ -109,7 +112,7 @@ def test_the_stack_command_names_each_refusal(tmp_path):
     verdicts = {line.split()[1]: line.split()[0] for line in lines[1:] if line.startswith("  ")}
     assert verdicts["numerics"] == "tested" and verdicts["export.jax"] == "accepted"
     assert {f for f, v in verdicts.items() if v == "refused"} >= set(XLA_FEATURES)
-    assert "torch_xla_ext.parity cannot run on this stack: torch_xla is not installed" in out.stdout
+    assert "torch_xla_ext.parity's XLA run and replays cannot run on this stack: torch_xla is not installed" in out.stdout
 
 
 def test_the_numerics_command_compares_files_without_torch_xla(tmp_path):

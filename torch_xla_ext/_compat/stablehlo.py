@@ -16,7 +16,7 @@ from typing import Annotated, Any, Callable
 
 import numpy as np
 
-from torch_xla_ext import _dtypes, _validation
+from torch_xla_ext import _dtypes, _json, _validation
 from torch_xla_ext.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 
 
@@ -144,8 +144,9 @@ def from_graph_module(gm: Any) -> TorchXlaExport:
     func = bundle.stablehlo_funcs[0]
     state = {k: np.asarray(v) for k, v in bundle.state_dict.items()}
     consts = [np.asarray(c) for c in bundle.additional_constants]
-    # The meta as its JSON form (what save_as_stablehlo writes), read by the one validator.
-    meta = json.loads(json.dumps(func.meta, cls=shlo.StableHLOJSONSerializer))
+    # The meta as its JSON form (what save_as_stablehlo writes, torch_xla's serializer turning
+    # its enums into values) under the package's one JSON policy, read by the one validator.
+    meta = _json.encode(func.meta, default=shlo.StableHLOJSONSerializer().default)
     return _from_meta(meta, func.text, state, consts, bytes(func.bytecode), where="torch_xla's meta")
 
 

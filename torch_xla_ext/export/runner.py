@@ -37,7 +37,7 @@ from torch_xla_ext.export.program import mlir_module
 # Compiled programs by (text digest, replicas), the least recently run going first: an executable
 # holds XLA's compiled code (and inlined values' buffers) for as long as it is cached.
 MAX_EXECUTABLES = 16
-_EXECUTABLES = MakeOnceCache(MAX_EXECUTABLES)
+EXECUTABLES = MakeOnceCache(MAX_EXECUTABLES)
 
 
 def _executable(text: str, resources: dict[str, np.ndarray], n: int):
@@ -61,7 +61,7 @@ def _executable(text: str, resources: dict[str, np.ndarray], n: int):
             raise BundleError(f"{MODULE_FILE}: XLA cannot compile main ({first_line(e)})") from None
         return client, exe, names
 
-    return _EXECUTABLES.get(key, compile_main)
+    return EXECUTABLES.get(key, compile_main)
 
 
 def _same_constant(given: Any, value: Any) -> bool:
