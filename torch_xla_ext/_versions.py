@@ -47,7 +47,7 @@ import re
 import sys
 import threading
 
-from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext.errors import TorchXlaExtError, first_line
 
 # The pinned stack: torch_xla's _XLAC links torch's C++ ABI, so the tested torch is torch_xla's
 # release; jax/jaxlib are the pair torch_xla names for its JAX features. Their versions have one
@@ -225,7 +225,7 @@ def _extension_problem() -> str | None:
         module = importlib.import_module("torch_xla_ext._ext")
     except ImportError as e:
         return (f"torch_xla_ext's extension module does not load in {python}{_built_for()}: "
-                f"{str(e).strip().splitlines()[0]}")
+                f"{first_line(e)}")
     if getattr(module, "__file__", None) is None:  # only _ext/'s stubs: a namespace, no extension
         here = pathlib.Path(__file__).parent
         found = sorted(p.name for p in here.glob("_ext*.so")) or ["none"]

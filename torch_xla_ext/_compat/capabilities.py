@@ -27,6 +27,8 @@ import dataclasses
 import importlib
 import threading
 
+from torch_xla_ext.errors import first_line
+
 __all__ = ["GROUPS", "OPTIONAL", "Group", "distribution_of", "missing", "resolve"]
 
 
@@ -187,10 +189,10 @@ def _resolve(name: str) -> str | None:
             # Not a module (an attribute of its parent, or absent): try the parent. A module that
             # exists but imports something missing says so instead.
             if e.name != module and not module.startswith(f"{e.name}."):
-                return f"importing {module} failed: {type(e).__name__}: {_first_line(e)}"
+                return f"importing {module} failed: {first_line(e, with_type=True)}"
             k -= 1
         except Exception as e:  # noqa: BLE001 - a package that does not load says why in its error
-            return f"importing {module} failed: {type(e).__name__}: {_first_line(e)}"
+            return f"importing {module} failed: {first_line(e, with_type=True)}"
     if obj is None:
         return f"no module {parts[0]}"
     where = ".".join(parts[:k])
@@ -201,11 +203,6 @@ def _resolve(name: str) -> str | None:
             return f"{where} has no attribute {part}"
         where += "." + part
     return None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def missing(*groups: str) -> list[tuple[str, str, str]]:
