@@ -13,7 +13,8 @@ from torch_xla_ext._compat import capabilities
 
 COMPAT = pathlib.Path(capabilities.__file__).parent
 TOPS = ("torch", "torch_xla", "jax", "jaxlib")
-LISTED = [n for g in capabilities.GROUPS.values() for n in g.apis] + list(capabilities.OPTIONAL)
+LISTED = ([n for g in capabilities.GROUPS.values() for n in g.apis] + list(capabilities.OPTIONAL)
+          + list(capabilities.MOVED.values()))
 
 
 def _private(name: str) -> bool:
@@ -121,15 +122,33 @@ def test_every_listed_name_is_used_by_its_modules():
         for name in group.apis:
             assert name.rsplit(".", 1)[1] in text, (group.key, name, group.modules)
     text = "".join(p.read_text() for p in COMPAT.glob("*.py") if p.name != "capabilities.py")
-    for name in capabilities.OPTIONAL:
+    for name in (*capabilities.OPTIONAL, *capabilities.MOVED.values()):
         assert name.rsplit(".", 1)[1] in text, name
 
 
 def test_every_listed_name_resolves_on_the_pinned_stack():
     unresolved = {n: capabilities.resolve(n) for n in LISTED if capabilities.resolve(n) is not None}
-    # jax 0.12's uncached context maker is the one optional name jax 0.7.1 lacks.
+    # jax 0.12's uncached context maker is the one optional name jax 0.7.1 lacks; torch 2.11's
+    # place of log_graph_break is the one moved name torch 2.9 lacks.
     assert unresolved == {"jax._src.interpreters.mlir._create_ir_context":
-                          "jax._src.interpreters.mlir has no attribute _create_ir_context"}, unresolved
+                          "jax._src.interpreters.mlir has no attribute _create_ir_context",
+                          "torch._dynamo.symbolic_convert.InstructionTranslatorBase.log_graph_break":
+                          "torch._dynamo.symbolic_convert.InstructionTranslatorBase has no attribute "
+                          "log_graph_break"}, unresolved
+
+
+def test_a_moved_name_counts_where_either_place_resolves(monkeypatch):
+    """A group's pinned name that a newer upstream moved passes where only the new place exists,
+    and is missing where neither does."""
+    group = capabilities.GROUPS["torch.dynamo"]
+    old, new = next(iter(capabilities.MOVED.items()))
+    assert old in group.apis and capabilities.missing("torch.dynamo") == []
+    monkeypatch.setitem(capabilities._resolved, old, "torch._dynamo.symbolic_convert has no attribute log_graph_break")
+    monkeypatch.setitem(capabilities._resolved, new, None)
+    assert capabilities.missing("torch.dynamo") == []  # torch >= 2.11: the method is there
+    monkeypatch.setitem(capabilities._resolved, new, "InstructionTranslatorBase has no attribute log_graph_break")
+    assert capabilities.missing("torch.dynamo") == [
+        ("torch.dynamo", old, "torch._dynamo.symbolic_convert has no attribute log_graph_break")]
 
 
 @pytest.mark.parametrize("name, why", [

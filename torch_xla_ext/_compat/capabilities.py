@@ -29,7 +29,7 @@ import threading
 
 from torch_xla_ext.errors import first_line
 
-__all__ = ["GROUPS", "OPTIONAL", "Group", "distribution_of", "missing", "resolve"]
+__all__ = ["GROUPS", "MOVED", "OPTIONAL", "Group", "distribution_of", "missing", "resolve"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +164,14 @@ OPTIONAL = (
     "jax._src.interpreters.mlir._create_ir_context",  # jax_mlir.make_context: where make_ir_context reuses contexts
 )
 
+# Names a newer upstream moved, the pinned stack's name -> where the wrapper finds it there. A
+# group lists the pinned name; it counts as present where either resolves.
+MOVED = {
+    # torch >= 2.11: a method of the instruction translator, (self, code_options, reason, exc).
+    "torch._dynamo.symbolic_convert.log_graph_break":
+        "torch._dynamo.symbolic_convert.InstructionTranslatorBase.log_graph_break",
+}
+
 _resolved: dict[str, str | None] = {}
 _lock = threading.Lock()
 
@@ -212,6 +220,8 @@ def missing(*groups: str) -> list[tuple[str, str, str]]:
     for key in groups:
         for name in GROUPS[key].apis:
             why = resolve(name)
+            if why is not None and name in MOVED and resolve(MOVED[name]) is None:
+                why = None  # found where the newer upstream moved it
             if why is not None:
                 out.append((key, name, why))
     return out
