@@ -42,6 +42,7 @@ RANGES = {
     "safetensors": ">=0.4",  # parity's cross-process captures (never pickle)
     "jinja2": ">=3.1",  # parity's HTML page (autoescape); torch requires it too
     "pydantic": ">=2.0",  # every untrusted file's schema: bundle manifests, reports, captures (_validation.py)
+    "pydantic-core": ">=2.0",  # _validation raises its PydanticCustomError (pydantic installs it, at its own pin)
     # _validation's TypedDict and NotRequired (pydantic refuses typing's before CPython 3.12);
     # pydantic 2.0's own floor.
     "typing-extensions": ">=4.6.1",

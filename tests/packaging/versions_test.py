@@ -250,14 +250,26 @@ EXTENSION_REFUSED = """
 """
 
 
-def test_another_cpythons_checkout_is_refused_naming_the_extension(other_python):
-    r = _other(other_python, PKG_PARENT, EXTENSION_REFUSED)
+def test_another_cpythons_checkout_is_refused_naming_the_extension(other_python, tmp_path):
+    # A checkout after `make develop` in this CPython: the package's sources with the extension
+    # this interpreter loaded, under the name this CPython's suffix gives it.
+    import importlib.machinery
+    import shutil
+
+    from torch_xla_ext import _ext
+
+    sources = pathlib.Path(torch_xla_ext.__file__).resolve().parent
+    checkout = tmp_path / "checkout"
+    shutil.copytree(sources, checkout / "torch_xla_ext", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    loaded = checkout / "torch_xla_ext" / ("_ext" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    loaded.symlink_to(pathlib.Path(_ext.__file__).resolve())
+    r = _other(other_python, str(checkout), EXTENSION_REFUSED)
     assert r.returncode == 0, r.stderr
     lines = dict(line.split(" | ", 1) for line in r.stdout.splitlines())
     tag = "cp" + OTHER_PYTHON.replace(".", "")
     for feature, message in lines.items():
         assert f"has no extension module for CPython {OTHER_PYTHON}." in message, (feature, message)
-        assert f"found: _ext.cpython-{sys.version_info[0]}{sys.version_info[1]}-" in message, message
+        assert f"found: {loaded.name}" in message, message  # the one this CPython loads
         assert f"Installed: CPython {OTHER_PYTHON}." in message, message
         assert f"install the torch_xla_ext wheel built for this CPython ({tag}" in message, message
     assert lines["export"].startswith("UnsupportedStackError torch_xla_ext cannot run on this stack:"), lines["export"]
@@ -354,7 +366,7 @@ def _resolves(requires: list[str], extras: set[str], python: str) -> set[str]:
 def test_each_route_asks_for_its_stack_and_nothing_else():
     bw = _build_wheel()
     requires, _ = bw.requires(str(REPO / "python" / "requirements.txt"), _versions)
-    base = {"numpy", "ml-dtypes", "scipy", "safetensors", "jinja2", "pydantic", "typing-extensions"}
+    base = {"numpy", "ml-dtypes", "scipy", "safetensors", "jinja2", "pydantic", "pydantic-core", "typing-extensions"}
     assert _resolves(requires, set(), "3.12") == base  # no torch, no jax: a training image keeps its own
     assert _resolves(requires, {"xla"}, "3.12") == base | {"torch", "torch-xla", "jax", "jaxlib"}
     assert _resolves(requires, {"xla"}, "3.10") == base | {"torch", "torch-xla"}  # no jax 0.7.1 for 3.10
