@@ -220,5 +220,5 @@ def test_the_analysis_rejects_a_malformed_graph():
     # values (shape, type), num_args, ops (name, operands, results, parent, region_args, attrs)
     with pytest.raises(ValueError, match=r"op 0 \(stablehlo.add\).*out of range"):  # INVALID_ARGUMENT
         core.find_rounding_points([([2], "bf16")], 1, [("stablehlo.add", [0, 9], [], -1, [], [])], [])
-    assert core.op_class("stablehlo.gather") == "moves_data"
-    assert core.op_class("stablehlo.convolution") == "computes"
+    assert core.op_class("stablehlo.gather") == core.OpClass.MOVES_DATA
+    assert core.op_class("stablehlo.convolution") == core.OpClass.COMPUTES
