@@ -90,7 +90,7 @@ def run(name: str, dtype: str, out, epsilons) -> None:
         t0 = time.perf_counter()
         broken = model if plan is None else planted.plant(model, plan)
         cap = parity.capture(broken, args, kwargs, dtype=dtype)
-        r = parity.compare_capture(cap, model, args, kwargs)
+        r = parity.compare_capture(cap, model, args, kwargs, emulate=False)
         path = None if plan is None else plan[1]
         bugged = planted.owners(model, plan)
         first = next((m for m in r.modules if m.diverges), None)

@@ -170,11 +170,11 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
 
 def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
                     rtol: float | None = None, atol: float | None = None, seed: int = 0,
-                    rules: Any = "xla-cpu") -> ParityReport:
+                    rules: Any = "xla-cpu", emulate: bool = True) -> ParityReport:
     """Compares a capture (a :class:`~torch_xla_ext.parity.captures.Capture` or its file) with CPU
     runs of ``reference`` on the same inputs, without XLA: the verdict on the final outputs (CPU
-    eager in the capture's dtype, fp64 golden), the replays of the program the device ran
-    (``rules`` as for :func:`verify`; "auto" reads the capture's device and each dot's
+    eager in the capture's dtype, fp64 golden), with ``emulate`` the replays of the program the
+    device ran (``rules`` as for :func:`verify`; "auto" reads the capture's device and each dot's
     precision_config), and every module's own, inherited and total error (:mod:`.stages.localization`).
 
     Example:
@@ -195,11 +195,11 @@ def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwar
     if rules != "auto":
         resolve(rules)
     r = Request(reference, reference, True, inputs, kwargs, cap.run_dtype, rtol, atol,
-                arguments.tolerances(rtol, atol), seed, rules=rules)
+                arguments.tolerances(rtol, atol), seed, emulate, rules=rules)
 
     def load(record: Any) -> None:
         record.capture = cap
 
-    stages = [pipeline.Stage("capture", load), replays.OF_CAPTURE, localization.STAGE, cpu_eager.FIRST,
-              replays.COMPARE]
+    stages = [pipeline.Stage("capture", load), *replays.OF_CAPTURE.when(emulate), localization.STAGE,
+              cpu_eager.FIRST, replays.COMPARE]
     return explanation.report(pipeline.run(r, stages, device=cap.device_type, uses_xla=False))

@@ -26,8 +26,10 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
-from torch_xla_ext import _dtypes, _json
+from torch_xla_ext import _dtypes, _json, _validation
 from torch_xla_ext.parity.casts import to_numpy, torch_dtype
 from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityTypeError
 
@@ -72,8 +74,6 @@ class Capture:
 
     def save(self, path: str | os.PathLike) -> str:
         """Writes one safetensors file; returns its path."""
-        from safetensors.torch import save_file
-
         tensors, calls = {}, []
         stored: set[int] = set()
 
@@ -122,8 +122,6 @@ def load_capture(path: str | os.PathLike) -> Capture:
         >>> type(cap).__name__
         'Capture'
     """
-    from safetensors import SafetensorError, safe_open
-
     if not isinstance(path, (str, os.PathLike)):
         raise ParityTypeError(f"path: expected a file path, got {type(path).__name__}")
     path = os.fspath(path)
@@ -192,8 +190,6 @@ class _CaptureMetadata:
 
 def _capture_metadata(raw: dict[str, str], path: str) -> _CaptureMetadata:
     """The metadata validated against :class:`_CaptureMetadata` (pydantic); a CaptureError names the field."""
-    from torch_xla_ext import _validation
-
     data: dict[str, Any] = dict(raw)
     for key in ("calls", "outputs", "program"):
         if key in data:

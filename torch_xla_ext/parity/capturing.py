@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from torch_xla_ext import _dtypes
+from torch_xla_ext import _device, _dtypes
 from torch_xla_ext.errors import InternalError
 from torch_xla_ext.parity.captures import Capture, ModuleCall
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
@@ -220,8 +220,6 @@ class Recorder:
 
     def _made(self, outputs: list[tuple[str, Any]], dtype: Any, device: Any) -> Capture:
         import torch_xla  # deferred: recording on the CPU (a reference's calls) never imports torch_xla
-
-        from torch_xla_ext import _device
 
         calls, self.calls = self.calls, None
         info = {"torch_xla": torch_xla.__version__}

@@ -23,6 +23,7 @@ import contextlib
 from typing import Any, Iterator
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_xla_ext.parity.program.rules import MatmulPrecision, Rules
@@ -48,8 +49,6 @@ def on_cpu(rules: Rules) -> Iterator[None]:
     if not precision.rounds:
         yield
         return
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     with sdpa_kernel([SDPBackend.MATH]), _Rounding(precision):
         yield
 

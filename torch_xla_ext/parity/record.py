@@ -107,12 +107,14 @@ class Replayed:
 @dataclasses.dataclass
 class ModulePass:
     """The localisation: every module call's figures, the first divergent one, the golden's own
-    float outputs by path (the fp64 golden of the whole run), and the seconds it took."""
+    float outputs by path (the fp64 golden of the whole run), the seconds it took, and the floor of
+    its rounding levels (units of roundoff of a module output's RMS)."""
 
     modules: tuple[ModuleParity, ...]
     first: ModuleParity | None
     golden: list[tuple[str, Any]]
     seconds: float
+    floor_ulps: float = 1.0
 
 
 class Early:

@@ -23,6 +23,8 @@ import torch
 from torch.utils._pytree import keystr, tree_flatten_with_path, tree_leaves, tree_map
 
 from torch_xla_ext import _device, numerics
+from torch_xla_ext._compat import hlo_debug as _hlo_debug
+from torch_xla_ext._compat import scan as _scan
 from torch_xla_ext.parity import api, pipeline, wording
 from torch_xla_ext.parity.causes import cause, golden_errors, replay_figures, same_math
 from torch_xla_ext.parity.casts import move, prepare, to_numpy, torch_dtype
@@ -62,8 +64,6 @@ def _stack_modules():
 
         def forward(self, x: Any) -> Any:
             if _float_leaves(x)[0].device.type == "xla":
-                from torch_xla_ext._compat import scan as _scan
-
                 return _scan.scan_layers(list(self.layers), x)
             for layer in self.layers:
                 x = _apply(layer, x)
@@ -226,11 +226,9 @@ def _layers_head(verdict: Verdict, per_layer: Sequence[LayerParity], first: int 
 
 
 def _xla_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int):
-    import torch_xla  # deferred, as the XLA run's stage (a module a CPU-only process imports)
+    import torch_xla  # deferred, as in the XLA run's stage: `import torch_xla_ext.parity` does not import it
 
-    from torch_xla_ext._compat import hlo as _hlo
-    from torch_xla_ext._compat import hlo_debug as _hlo_debug
-    from torch_xla_ext._compat import scan as _scan
+    from torch_xla_ext._compat import hlo as _hlo  # imports torch_xla
 
     device = torch_xla.device()
     torch.manual_seed(seed)
@@ -288,7 +286,7 @@ def scan_patched_linear_example(dtype: Any = "bf16", *, seed: int = 42, patch: b
     x = torch.randn(3, 4, 5, 128)
     layers = copy.deepcopy(reference)
     if patch:
-        from torch_xla.distributed.spmd.xla_sharding import apply_xla_patch_to_nn_linear
+        from torch_xla.distributed.spmd.xla_sharding import apply_xla_patch_to_nn_linear  # deferred: torch_xla
 
         layers = apply_xla_patch_to_nn_linear(layers)
     return list(layers), list(reference), x

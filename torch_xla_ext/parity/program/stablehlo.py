@@ -24,6 +24,7 @@ import dataclasses
 import math
 from typing import Any, Iterator
 
+import jax
 from jax.extend.mlir import hlo_to_stablehlo, ir
 from jax.extend.mlir.dialects import stablehlo
 
@@ -128,8 +129,6 @@ class Program:
         """From a serialized HloModuleProto (torch_xla's ``_get_xla_tensors_hlo_proto``): jaxlib's
         ``hlo_to_stablehlo``, printed with the HLO instruction names as locations. (The one place
         parity converts HLO to StableHLO.)"""
-        import jax
-
         if not isinstance(proto, (bytes, bytearray)):
             raise ParityTypeError(f"proto: expected a serialized HloModuleProto (bytes), got {type(proto).__name__}")
         try:

@@ -8,48 +8,24 @@ where XLA gave a module what CPU eager gave it, CPU eager's own call is that mod
 (:mod:`.localization`).
 
 Example:
+    >>> from torch_xla_ext.parity import api
     >>> import torch
-    >>> out, seconds = run_cpu(torch.nn.Linear(2, 2), (torch.ones(1, 2),), {}, torch.bfloat16, 0)
-    >>> [(path, t.dtype) for path, t in out]
+    >>> record = RunRecord(api.request(torch.nn.Linear(2, 2), (torch.ones(1, 2),), dtype="bf16"))
+    >>> FIRST.run(record)
+    >>> [(path, t.dtype) for path, t in record.cpu]
     [('', torch.bfloat16)]
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
-
-import torch
-
 from torch_xla_ext import numerics
 from torch_xla_ext.parity import capturing
-from torch_xla_ext.parity.casts import move, prepare
-from torch_xla_ext.parity.leaves import float_leaves
+from torch_xla_ext.parity.cpu import run_cpu
 from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.record import RunRecord
 from torch_xla_ext.parity.user_code import call
-from torch_xla_ext.parity.widening import default_dtype
 
-__all__ = ["DETERMINISTIC", "FIRST", "SECOND", "run_cpu"]
-
-
-def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: Any = None,
-            stage: str = "CPU eager", run: Callable[..., Any] = call) -> tuple[list[tuple[str, Any]], float]:
-    """(float outputs by path, seconds) of ``ref`` on the CPU in ``dtype`` (float64: the golden's
-    float mode, :mod:`..widening`). ``via``: round inputs and parameters to this dtype first (the
-    golden of what XLA received). ``run(stage, model, args, kwargs)`` calls the prepared model
-    (:func:`~torch_xla_ext.parity.user_code.call`, or a recorder of its module calls)."""
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        if via is not None:
-            args, kwargs = move(args, "cpu", via), move(kwargs, "cpu", via)
-        fn = prepare(ref, "cpu", dtype, via=via)
-        a, k = move(args, "cpu", dtype), move(kwargs, "cpu", dtype)
-        t0 = time.perf_counter()
-        with default_dtype(dtype):
-            out = run(stage, fn, a, k)
-        seconds = time.perf_counter() - t0
-    return [(p, t.detach().clone()) for p, t in float_leaves(out, "the reference")], seconds
+__all__ = ["DETERMINISTIC", "FIRST", "SECOND"]
 
 
 def _first(record: RunRecord) -> None:

@@ -23,7 +23,6 @@ from torch_xla_ext.parity import sections, wording
 from torch_xla_ext.parity.causes import output_cause
 from torch_xla_ext.parity.record import RunRecord
 from torch_xla_ext.parity.report import ParityReport, Verdict
-from torch_xla_ext.parity.stages.localization import FLOOR_ULPS
 
 __all__ = ["finished", "report", "unfinished"]
 
@@ -78,6 +77,6 @@ def unfinished(record: RunRecord) -> ParityReport:
         first_divergent_module=modules.first.name if modules is not None and modules.first else None, **base)
     words = [wording.explain(report)]
     if modules is not None:
-        words.append(wording.modules_words(modules.modules, modules.first, FLOOR_ULPS))
+        words.append(wording.modules_words(modules.modules, modules.first, modules.floor_ulps))
     words += record.notes
     return dataclasses.replace(report, explanation=" ".join(w for w in words if w))

@@ -28,7 +28,7 @@ from torch_xla_ext._compat import storage
 from torch_xla_ext.parity.casts import cast_on_cpu, prepare
 from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.record import RunRecord
-from torch_xla_ext.parity.stages.cpu_eager import run_cpu
+from torch_xla_ext.parity.cpu import run_cpu
 
 __all__ = ["PLAIN", "GoldenWeights", "plain_golden", "widened_class"]
 

@@ -8,7 +8,7 @@ what torch_xla's own does. The rounded replay runs the program with the run's re
 tensors as extra results, cut at the blocks' boundaries so repeated blocks compile once
 (:mod:`..program.segments`); where it reproduces the run within the bound evaluation order allows
 (:func:`~torch_xla_ext.parity.causes.replay_bound`), its module tensors are the localisation's
-capture; otherwise a second, hooked XLA run computes them. Under another device's rules that
+capture (otherwise the localisation's stage runs a second, hooked XLA run for them). Under another device's rules that
 change f32 matmuls, a third replay with XLA:CPU's own rules tells the device's matmul precision
 from other causes.
 
@@ -45,7 +45,6 @@ from torch_xla_ext.parity.program.replay import Replay, unrounded_precision
 from torch_xla_ext.parity.program.rules import resolve
 from torch_xla_ext.parity.program.stablehlo import Program
 from torch_xla_ext.parity.record import ProgramRun, Replayed, RunRecord
-from torch_xla_ext.parity.stages import xla_run
 
 __all__ = ["COMPARE", "OF_CAPTURE", "STAGE", "compare_outputs", "compile_replays", "replay_program", "reproduces",
            "start_early"]
@@ -163,19 +162,14 @@ def _replays(record: RunRecord) -> None:
                               rules=r.rules, device=record.device)
     record.replayed = replayed
     record.seconds.update(replayed.seconds)
-    if record.recorder is not None:  # localize: the module tensors
+    if record.recorder is not None:  # localize: the module tensors, when the replay reproduces the run
         captured, replayed.captured = replayed.captured, None
-        cap = record.recorder.replayed(captured if reproduces(outputs, replayed) else None, outputs, r.dtype)
+        record.capture = record.recorder.replayed(captured if reproduces(outputs, replayed) else None, outputs,
+                                                  r.dtype)
         del captured
         record.recorder = None
-        if cap is None:
-            t1 = time.perf_counter()
-            cap = xla_run.capture(r.fn, r.inputs, r.kwargs, r.dtype, r.seed)
-            record.seconds["XLA capture"] = time.perf_counter() - t1
-            cap.info["source"] = "a second XLA run (the rounded replay does not reproduce the run)"
-        else:
-            cap.info["source"] = "the rounded replay (it reproduces the run's outputs within the bound)"
-        record.capture = cap
+        if record.capture is not None:
+            record.capture.info["source"] = "the rounded replay (it reproduces the run's outputs within the bound)"
     record.seconds["replays"] = time.perf_counter() - t0
 
 

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from torch_xla_ext import _device
+from torch_xla_ext._compat import hlo_debug as _hlo_debug
 from torch_xla_ext.parity import capturing, memory
 from torch_xla_ext.parity.captures import Capture
 from torch_xla_ext.parity.casts import cast_on_cpu, move, prepare, to_numpy
@@ -61,11 +62,11 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     the prepared model (:func:`~torch_xla_ext.parity.user_code.call`, or a recorder). ``replayed``:
     a recorder whose tensors are not computed by this run but go into the program's
     ``capture_proto`` for the rounded replay (``device_values``, ``cuts``, ``release``)."""
-    import torch_xla  # deferred: a capture's comparison on the CPU never imports torch_xla
+    # Deferred, as everything that imports torch_xla: a capture's comparison on a CPU host never does.
+    import torch_xla
     import torch_xla.core.xla_model as xm
 
-    from torch_xla_ext._compat import hlo as _hlo
-    from torch_xla_ext._compat import hlo_debug as _hlo_debug
+    from torch_xla_ext._compat import hlo as _hlo  # imports torch_xla
 
     device = torch_xla.device() if device is None else device
     torch.manual_seed(seed)
