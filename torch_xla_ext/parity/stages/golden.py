@@ -10,8 +10,8 @@ run's exact shadows), and swaps in the run's own for a CPU shadow.
 Example:
     >>> import torch
     >>> golden = GoldenWeights(torch.nn.Linear(2, 2), torch.bfloat16)
-    >>> golden.model.weight.dtype, type(golden.model.weight.data).__name__
-    (torch.float64, '_Widened')
+    >>> golden.model.weight.dtype, golden.model.weight.stored.dtype   # read as float64, held in bf16
+    (torch.float64, torch.bfloat16)
 """
 
 from __future__ import annotations
