@@ -1,4 +1,4 @@
-"""Model Explorer nodes carry the module path of their op (issue 20.1).
+"""Model Explorer nodes carry the module path of their op.
 
 With ``XLA_HLO_DEBUG=1`` from the start of the process, parity's XLA run labels each op with the
 ``named_modules()`` path of the innermost module whose forward produced it. Oracles: the model's

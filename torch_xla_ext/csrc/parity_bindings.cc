@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -18,15 +17,6 @@
 #include "torch_xla_ext/csrc/submodules.h"
 
 namespace py = pybind11;
-
-namespace {
-
-using ValueTuple = std::tuple<std::vector<int64_t>, std::string>;
-// (name, operands, results, parent, region_args, attributes)
-using OpTuple = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, int64_t, std::vector<int64_t>,
-                           std::vector<std::pair<std::string, std::string>>>;
-
-}  // namespace
 
 TXE_PYBIND_SUBMODULE(parity, m) {
   using txe::parity::OpClass;
@@ -63,24 +53,7 @@ TXE_PYBIND_SUBMODULE(parity, m) {
 
   m.def(
       "find_rounding_points",
-      [](const std::vector<ValueTuple>& values, int64_t num_args, const std::vector<OpTuple>& ops,
-         const std::vector<int64_t>& returned, bool excess_precision) {
-        txe::graph::Graph g;
-        g.num_args = num_args;
-        g.values.reserve(values.size());
-        for (const auto& [shape, et] : values) g.values.push_back({shape, et});
-        g.ops.reserve(ops.size());
-        for (const auto& [name, operands, results, parent, region_args, attributes] : ops) {
-          txe::graph::Op op;
-          op.name = name;
-          op.operands = operands;
-          op.results = results;
-          op.parent = parent;
-          op.region_args = region_args;
-          op.attributes = attributes;
-          g.ops.push_back(std::move(op));
-        }
-        g.returned = returned;
+      [](const txe::graph::Graph& g, bool excess_precision) {
         txe::parity::RoundingOptions options;
         options.excess_precision = excess_precision;
         txe::StatusOr<RoundingAnalysis> result = txe::InternalError("not run");
@@ -90,10 +63,8 @@ TXE_PYBIND_SUBMODULE(parity, m) {
         }
         return txe::python::ValueOrThrow(std::move(result));
       },
-      py::arg("values"), py::arg("num_args"), py::arg("ops"), py::arg("returned"),
-      py::arg("excess_precision") = true,
-      "Rounding points of one function's graph: values are (shape, element_type); ops are (name, "
-      "operands, results, parent, region_args, attributes) in pre-order. See cc/parity/rounding.h.");
+      py::arg("graph"), py::arg("excess_precision") = true,
+      "Rounding points of one function's graph (a graph.Graph). See cc/parity/rounding.h.");
 
   m.def("op_class", [](const std::string& name) { return txe::parity::Classify(name); }, py::arg("name"),
         "What an op does to its values (OpClass).");

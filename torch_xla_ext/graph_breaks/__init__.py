@@ -39,7 +39,9 @@ appear under ``native_hooks``.
 
 from torch_xla_ext import _versions
 
-_versions.require_torch_stack("graph_breaks")  # before anything here imports torch
+_versions.require("graph_breaks")  # before anything here imports torch
+# The modules below import torch_xla's bridge and metrics when the package loads.
+_versions.require("graph_breaks.openxla")
 
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.graph_breaks.compare import Comparison, ModeResult, compare

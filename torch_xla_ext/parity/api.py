@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from torch_xla_ext import _versions
 from torch_xla_ext.parity import arguments, explorer, pipeline
 from torch_xla_ext.parity.captures import Capture, load_capture
 from torch_xla_ext.parity.casts import torch_dtype
@@ -103,6 +104,7 @@ def verify(
         >>> r.verdict
         <Verdict.PASS: 'PASS'>
     """
+    _versions.require("parity.xla")  # before anything here imports torch_xla or JAX
     r = request(fn, inputs, kwargs, dtype=dtype, rtol=rtol, atol=atol, reference=reference, seed=seed,
                 emulate=emulate, localize=localize, explorer_dir=explorer_dir, rules=rules)
     return explanation.report(pipeline.run(r, verify_stages(r)))
@@ -152,6 +154,7 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
         >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
         'xla_run.safetensors'
     """
+    _versions.require("parity.xla")  # before torch_xla is imported here
     if not isinstance(model, torch.nn.Module):
         raise ParityTypeError(f"model: per-module localisation needs an nn.Module, got {type(model).__name__}")
     arguments.check_seed(seed)
@@ -187,6 +190,8 @@ def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwar
         >>> report.first_divergent_module is None          # a module name when one diverges
         True
     """
+    if emulate:
+        _versions.require("parity.replay")  # the replays need JAX; comparing alone needs torch
     cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
     if not isinstance(reference, torch.nn.Module):
         raise ParityTypeError(f"reference: per-module comparison needs an nn.Module, got {type(reference).__name__}")

@@ -17,12 +17,11 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-import ml_dtypes
 import numpy as np
 import torch
-from torch.utils._pytree import tree_map
 
 from torch_xla_ext import _dtypes
+from torch_xla_ext._compat.pytree import tree_map
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
 
 __all__ = ["cast_on_cpu", "is_cast", "move", "prepare", "to_numpy", "torch_dtype"]
@@ -105,13 +104,10 @@ def cast_on_cpu(t: Any, dtype: Any, via: Any = None) -> Any:
 
 
 def to_numpy(t: Any) -> np.ndarray:
-    """A CPU tensor as numpy; bfloat16 as ml_dtypes.bfloat16 (bit for bit).
+    """A CPU tensor as numpy; ml_dtypes' types (bfloat16, float8) bit for bit (the one conversion).
 
     Example:
         >>> to_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype
         dtype(bfloat16)
     """
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    return _dtypes.numpy_from_tensor(t)

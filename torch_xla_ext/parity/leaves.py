@@ -14,8 +14,8 @@ import dataclasses
 from typing import Any, Iterator
 
 import torch
-from torch.utils import _pytree as pytree
 
+from torch_xla_ext._compat import pytree
 from torch_xla_ext.parity.errors import ParityError
 
 __all__ = ["float_leaves", "tensor_leaves"]

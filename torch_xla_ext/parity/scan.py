@@ -20,10 +20,10 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch.utils._pytree import keystr, tree_flatten_with_path, tree_leaves, tree_map
 
 from torch_xla_ext import _device, numerics
 from torch_xla_ext._compat import hlo_debug as _hlo_debug
+from torch_xla_ext._compat.pytree import keystr, tree_flatten_with_path, tree_leaves, tree_map
 from torch_xla_ext._compat import scan as _scan
 from torch_xla_ext.parity import api, pipeline, wording
 from torch_xla_ext.parity.causes import cause, golden_errors, replay_figures, same_math

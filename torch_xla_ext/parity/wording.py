@@ -20,6 +20,7 @@ import math
 from typing import Sequence
 
 from torch_xla_ext import _device, _dtypes
+from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity.causes import MATH_NOISE_FRACTION, REASSOCIATION_FACTOR, SIGNIFICANT_FRACTION
 from torch_xla_ext.parity.program.stablehlo import RoundingPoint
 from torch_xla_ext.parity.report import (MATMUL_PRECISION, REAL_DIFFERENCE, REASSOCIATION, ROUNDING_PLACEMENT,
@@ -348,7 +349,7 @@ def lead(report: ParityReport) -> str:
     outputs' verdict, then the first divergent layer or module when the report localises."""
     v = report.verdict
     if v == Verdict.EXCEPTION:
-        first = (report.exception or "an exception").splitlines()[0]
+        first = _first_line(report.exception or "an exception")
         return (f"EXCEPTION: the {report.stage or 'XLA'} run raised {first}; nothing was compared: fix the exception "
                 f"(report.exception) and rerun.")
     if v == Verdict.NONDETERMINISTIC_REFERENCE:
@@ -403,8 +404,13 @@ def modules_words(modules: Sequence[ModuleParity], first: ModuleParity | None, f
 
 
 def exception_words(stage: str, exception: str, after: str = "nothing was compared") -> str:
-    return (f"EXCEPTION: the {stage} run raised {exception.splitlines()[0]}; {after}. Fix the exception "
+    return (f"EXCEPTION: the {stage} run raised {_first_line(exception)}; {after}. Fix the exception "
             f"(report.exception has it) and rerun.")
+
+
+def _first_line(exception: str) -> str:
+    """The line a sentence quotes of a caught exception's text (``Type: message``): errors.first_line's rule."""
+    return first_line(Exception(exception))
 
 
 def nondeterminism_words(seed: int, path: str, r) -> str:

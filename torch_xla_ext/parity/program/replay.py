@@ -44,6 +44,7 @@ from jax.extend.mlir import ir
 
 from torch_xla_ext import _dtypes
 from torch_xla_ext._compat import jax_mlir
+from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity import memory
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.program import segments
@@ -51,7 +52,7 @@ from torch_xla_ext.parity.program.rewrite import (MODULE_SPMD_ATTRS, WIDENED_TO_
                                                    materialize_transposed_rhs, swap_transposed_dots,
                                                    with_intermediates)
 from torch_xla_ext.parity.program.rules import resolve
-from torch_xla_ext.parity.program.stablehlo import Program, build_graph, first_line, functions, parse
+from torch_xla_ext.parity.program.stablehlo import Program, build_graph, functions, parse
 
 __all__ = ["LazyArgs", "Replay", "made", "replay", "unrounded_precision"]
 

@@ -22,9 +22,9 @@ from collections import OrderedDict
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
-from torch_xla_ext._compat import storage
+from torch_xla_ext._compat import dispatch, storage
+from torch_xla_ext._compat.pytree import tree_map
 from torch_xla_ext.parity.casts import cast_on_cpu, prepare
 from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.record import RunRecord
@@ -62,10 +62,7 @@ def widened_class(dtype: Any = None):
 
         @staticmethod
         def __new__(cls, stored):
-            return torch.Tensor._make_wrapper_subclass(cls, stored.shape, strides=stored.stride(),
-                                                       storage_offset=stored.storage_offset(),
-                                                       dtype=wide, device=stored.device,
-                                                       requires_grad=False)
+            return dispatch.make_wrapper_subclass(cls, stored, dtype=wide)
 
         def __init__(self, stored):
             self.stored = stored
