@@ -20,11 +20,11 @@ import dataclasses
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests import zoo
 from tests.parity import planted
 from torch_xla_ext import parity
+from torch_xla_ext._compat.dispatch import TorchDispatchMode
 
 _aten = torch.ops.aten
 

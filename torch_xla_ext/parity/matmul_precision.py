@@ -24,8 +24,8 @@ from typing import Any, Iterator
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from torch_xla_ext._compat.dispatch import TorchDispatchMode
 from torch_xla_ext.parity.program.rules import MatmulPrecision, Rules
 
 __all__ = ["on_cpu", "shadow_precision"]
