@@ -51,13 +51,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from jax.extend.mlir import ir
 
 from torch_xla_ext import _dtypes, _json
 from torch_xla_ext._compat import mhlo as _mhlo
 from torch_xla_ext._compat.hlo_debug import NEEDS, NO_MODULE
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.pipeline import Stage
+from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.replay import Replay
 from torch_xla_ext.parity.program.stablehlo import Program, functions, location_name, parse
 from torch_xla_ext.parity.record import RunRecord

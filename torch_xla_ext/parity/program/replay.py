@@ -40,14 +40,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from jax.extend.mlir import ir
 
-from torch_xla_ext import _dtypes
+from torch_xla_ext import _dtypes, _versions
 from torch_xla_ext._compat import jax_mlir
 from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity import memory
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.program import segments
+from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.rewrite import (MODULE_SPMD_ATTRS, WIDENED_TO_F64, Rewriter,
                                                    materialize_transposed_rhs, swap_transposed_dots,
                                                    with_intermediates)
@@ -295,6 +295,7 @@ def replay(program: Program | str | bytes, args: Sequence[Any], *, rounded: bool
         >>> replay(text, [x, x])[0].tolist(), replay(text, [x, x], rounded=False)[0].tolist()
         ([1.015625, 9.0], [1.01568603515625, 9.0])
     """
+    _versions.require("parity.replay")  # before JAX is imported here
     if isinstance(program, (bytes, bytearray)):
         program = Program.from_hlo_proto(bytes(program))
     elif isinstance(program, str):

@@ -35,12 +35,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from jax.extend.mlir import ir
 
 from torch_xla_ext import _dtypes
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext._mlir_graph import dot_dimensions
 from torch_xla_ext.parity.errors import ReplayError
+from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.rules import XLA_CPU, MatmulPrecision, Rules, is_f32_matmul
 from torch_xla_ext.parity.program.stablehlo import FunctionGraph, functions, location_name
 

@@ -30,10 +30,9 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from jax.extend.mlir import ir
-from jax.extend.mlir.dialects import stablehlo
 
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
+from torch_xla_ext.parity.program.mlir import ir, stablehlo
 
 __all__ = ["BF16_1", "BF16_3", "BF16_6", "F32", "NAMES", "TF32", "MatmulPrecision", "Rules", "matmul_ops",
            "resolve"]

@@ -40,9 +40,9 @@ import dataclasses
 from collections import Counter
 from typing import Any, Hashable, Sequence
 
-from jax.extend.mlir import ir
 
 from torch_xla_ext._mlir_graph import pre_order
+from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.stablehlo import functions
 
 __all__ = ["Plan", "Segment", "split"]

@@ -24,12 +24,11 @@ import dataclasses
 import math
 from typing import Any, Iterator
 
-from jax.extend.mlir import ir
-from jax.extend.mlir.dialects import stablehlo
 
 from torch_xla_ext import _mlir_graph, _mlir_text
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
+from torch_xla_ext.parity.program.mlir import ir, stablehlo
 
 __all__ = ["FLOAT_TYPES", "FunctionGraph", "Program", "RoundingPoint", "build_graph", "functions",
            "location_name", "parse"]
