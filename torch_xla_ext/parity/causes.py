@@ -23,8 +23,9 @@ and jaxlib's) or two CPUs need not give, is a figure (``emulated``), never a cau
 
 Example:
     >>> import numpy as np
-    >>> replay_bound(run_error=1e-3, replay_error=2e-3, scale=1.0, longest_reduction=64, unit=2.0 ** -24)
-    0.0020009536743164062
+    >>> b = replay_bound(run_error=1e-3, replay_error=2e-3, scale=1.0, longest_reduction=64, unit=2.0 ** -24)
+    >>> b == 2 * 1e-3 + 2 * 8 * 2.0 ** -24   # twice the smaller error, plus one reordered 64-term sum
+    True
 """
 
 from __future__ import annotations
