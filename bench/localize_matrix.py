@@ -83,7 +83,6 @@ def build(name: str):
 def run(name: str, dtype: str, out, epsilons) -> None:
     from tests.parity import planted
     from torch_xla_ext import parity
-    from torch_xla_ext.parity import localization
 
     model, args, kwargs = build(name)
     cases = [None] + planted.plans(model, epsilons)
@@ -91,7 +90,7 @@ def run(name: str, dtype: str, out, epsilons) -> None:
         t0 = time.perf_counter()
         broken = model if plan is None else planted.plant(model, plan)
         cap = parity.capture(broken, args, kwargs, dtype=dtype)
-        r = localization.compare(cap, model, args, kwargs)
+        r = parity.compare_capture(cap, model, args, kwargs, emulate=False)
         path = None if plan is None else plan[1]
         bugged = planted.owners(model, plan)
         first = next((m for m in r.modules if m.diverges), None)
@@ -117,8 +116,8 @@ def run(name: str, dtype: str, out, epsilons) -> None:
 
 def _eps(dtype: str) -> float:
     import torch
-    from torch_xla_ext.parity import runners
-    return float(torch.finfo(runners.torch_dtype(dtype)).eps)
+    from torch_xla_ext.parity.casts import torch_dtype
+    return float(torch.finfo(torch_dtype(dtype)).eps)
 
 
 def _holders(model, plan) -> set:
@@ -138,7 +137,8 @@ def rescore(path: str, factor: float | None, floor: float) -> dict:
     None: the library's, per dtype)."""
     import planted
 
-    from torch_xla_ext.parity import localization, runners
+    from torch_xla_ext.parity.casts import torch_dtype
+    from torch_xla_ext.parity.stages import localization
 
     rows = [json.loads(l) for l in open(path)]
     models: dict = {}
@@ -146,7 +146,7 @@ def rescore(path: str, factor: float | None, floor: float) -> dict:
     worst_clean = []
     for r in rows:
         key = r["dtype"]
-        f = localization.divergence_factor(runners.torch_dtype(key)) if factor is None else factor
+        f = localization.divergence_factor(torch_dtype(key)) if factor is None else factor
         s = stats.setdefault(key, {"runs": 0, "clean_runs": 0, "clean_flagged": 0, "planted": 0, "found": 0,
                                    "resolvable": 0, "resolvable_found": 0, "false_flag_runs": 0, "calls": 0,
                                    "false_calls": 0, "missed": []})
@@ -199,7 +199,7 @@ def main() -> None:
     ap.add_argument("--floor", type=float)
     a = ap.parse_args()
     if a.rescore:
-        from torch_xla_ext.parity import localization
+        from torch_xla_ext.parity.stages import localization
         floor = localization.FLOOR_ULPS if a.floor is None else a.floor
         print(json.dumps(rescore(a.rescore, a.factor, floor), indent=1, default=str))
         return

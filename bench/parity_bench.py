@@ -43,7 +43,8 @@ def _worker(name: str, size: str | None) -> dict:
     from tests import zoo
     from torch_xla_ext import parity
     from torch_xla_ext._compat import hlo as _hlo
-    from torch_xla_ext.parity import runners
+    from torch_xla_ext.parity import casts
+    from torch_xla_ext.parity.leaves import float_leaves
 
     if size:
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -62,9 +63,9 @@ def _worker(name: str, size: str | None) -> dict:
     # The anchor: a user's first XLA run and one CPU eager run.
     t0 = time.perf_counter()
     with torch.no_grad():
-        m = runners.prepare(model, device, dtype)
-        out = m(*runners.move(args, device, dtype), **runners.move(kwargs, device, dtype))
-        leaves = [t for _, t in runners.float_leaves(out, "model")]
+        m = casts.prepare(model, device, dtype)
+        out = m(*casts.move(args, device, dtype), **casts.move(kwargs, device, dtype))
+        leaves = [t for _, t in float_leaves(out, "model")]
         t1 = time.perf_counter()
         hlo_text = _hlo.lowered_hlo_text(leaves)  # not part of the anchor
         t_hlo = time.perf_counter() - t1
@@ -73,7 +74,7 @@ def _worker(name: str, size: str | None) -> dict:
     xla = time.perf_counter() - t0 - t_hlo  # trace + compile + run + copy back
     t0 = time.perf_counter()
     with torch.no_grad():
-        runners.prepare(model, "cpu", dtype)(*runners.move(args, "cpu", dtype), **runners.move(kwargs, "cpu", dtype))
+        casts.prepare(model, "cpu", dtype)(*casts.move(args, "cpu", dtype), **casts.move(kwargs, "cpu", dtype))
     cpu = time.perf_counter() - t0
     t0 = time.perf_counter()
     report = parity.verify(model, args, kwargs, dtype="bf16")

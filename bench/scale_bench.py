@@ -165,10 +165,10 @@ def _worker(size: str, stage: str, workdir: str) -> dict:
         _xla_run(model, args, torch.bfloat16)
         info["xla"] = time.perf_counter() - t1
         t1 = time.perf_counter()
-        from torch_xla_ext.parity import runners
+        from torch_xla_ext.parity import casts
 
         with torch.no_grad():
-            runners.prepare(model, "cpu", torch.bfloat16)(*runners.move(args, "cpu", torch.bfloat16))
+            casts.prepare(model, "cpu", torch.bfloat16)(*casts.move(args, "cpu", torch.bfloat16))
         info["cpu"] = time.perf_counter() - t1
     elif stage in ("verify", "localize"):
         from torch_xla_ext import parity
@@ -176,6 +176,7 @@ def _worker(size: str, stage: str, workdir: str) -> dict:
         report = parity.verify(model, args, dtype="bf16", localize=stage == "localize")
         info["verdict"] = report.verdict.value
         info["emulation"] = report.emulation
+        info["reproduced"] = report.reproduced
         info["hlo_math"] = report.hlo_math
         info["breakdown"] = {k: round(v, 2) for k, v in report.seconds.items()}
         if stage == "localize":
@@ -192,13 +193,14 @@ def _xla_run(model, args, dtype) -> None:
     import torch
     import torch_xla
 
-    from torch_xla_ext.parity import runners
+    from torch_xla_ext.parity import casts
+    from torch_xla_ext.parity.leaves import float_leaves
 
     device = torch_xla.device()
     with torch.no_grad():
-        m = runners.prepare(model, device, dtype)
-        out = m(*runners.move(args, device, dtype))
-        leaves = [t for _, t in runners.float_leaves(out, "model")]
+        m = casts.prepare(model, device, dtype)
+        out = m(*casts.move(args, device, dtype))
+        leaves = [t for _, t in float_leaves(out, "model")]
         torch_xla.sync()
         [t.cpu() for t in leaves]
 
@@ -293,7 +295,8 @@ def _table(results: dict) -> str:
             rw = f"{r['peak'] / w:9.2f}" if w else f"{'':9s}"
             note = ""
             if stage in ("verify", "localize"):
-                note = (f"{r.get('verdict')}, replay {r.get('emulation')}, "
+                note = (f"{r.get('verdict')}, replay {r.get('emulation')} bit for bit, "
+                        f"{'within' if r.get('reproduced') else 'beyond'} its bound, "
                         f"{'within' if r['peak'] <= budget else 'OVER'} memory budget")
             if stage == "anchor.verify":
                 note = f"xla {r.get('xla', 0):.1f} s + cpu {r.get('cpu', 0):.1f} s (verify's time anchor)"

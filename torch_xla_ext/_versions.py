@@ -89,8 +89,11 @@ FEATURES: dict[str, Feature] = {
     "jax_call": Feature("torch_xla_ext.jax_call",
                         ("torch_xla.runtime", "torch_xla.call_jax", "jax.trace", "jax.export")),
     # Importing parity and comparing a saved capture need torch alone (a process that compares
-    # never imports torch_xla or JAX); the XLA run and its replays need the rest.
+    # never imports torch_xla); replaying a program (a capture's, or parity.replay's) needs JAX
+    # too; the XLA run and its replays need the rest.
     "parity": Feature("torch_xla_ext.parity", ("torch.pytree",)),
+    "parity.replay": Feature("torch_xla_ext.parity's replays of a program (replay, compare_capture)",
+                             ("torch.pytree", "jax.mlir", "jaxlib.mhlo")),
     "parity.xla": Feature("torch_xla_ext.parity's XLA run and replays",
                           ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug", "torch_xla.scan",
                            "torch.pytree", "jax.mlir", "jaxlib.mhlo")),

@@ -1,5 +1,5 @@
 // Where a StableHLO program rounds, as XLA:CPU executes it: the rounding-point analysis behind
-// parity's rounded replay (torch_xla_ext/parity/replay.py) and its explanations.
+// parity's rounded replay (torch_xla_ext/parity/program/rewrite.py) and its explanations.
 //
 // XLA:CPU computes bf16/f16 arithmetic in f32 and rounds each op's result back to its element
 // type, so every op that computes a narrow float value is a rounding point. The rules, measured on

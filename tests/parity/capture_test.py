@@ -1,6 +1,7 @@
 """Cross-process capture: one process runs a model on XLA and saves every module's inputs and
-outputs to safetensors; another, which never imports torch_xla, compares that file with CPU runs
-of the reference and finds the module perturbed on the XLA side. Bad files raise typed errors."""
+outputs and the program it ran to safetensors; another, which never imports torch_xla, compares
+that file with CPU runs of the reference, replays the program, and finds the module perturbed on
+the XLA side. Bad files raise typed errors."""
 
 import json
 import os
@@ -39,7 +40,10 @@ def test_compare_in_another_process_finds_the_planted_module(captured):
     assert r["torch_xla_imported"] is False  # the comparing process never needed XLA
     assert r["first_divergent_module"] == PLANTED
     assert r["verdict"] == "FAIL"
-    assert r["emulation"].startswith("unavailable: a capture holds no program")
+    # The capture's program replayed without torch_xla: XLA ran it faithfully (within the bound),
+    # and it is not the reference's math (its down_proj weight is not the reference's).
+    assert r["reproduced"] is True and r["hlo_math"] == "differs"
+    assert r["rules"] == "xla-cpu" and r["outputs"][0]["cause"] == "real difference"
     mods = {m["path"]: m for m in r["modules"] if m["call"] == 0}
     planted = mods[PLANTED]
     assert planted["diverges"] and planted["own_to_rounding"] > planted["threshold"]
@@ -54,7 +58,9 @@ def test_capture_file_is_safetensors_with_every_module(captured):
         meta = f.metadata()
         keys = list(f.keys())
     calls = json.loads(meta["calls"])
-    assert meta["format"] == "torch_xla_ext.parity.capture/1" and meta["dtype"] == "bfloat16"
+    assert meta["format"] == "torch_xla_ext.parity.capture/2" and meta["dtype"] == "bfloat16"
+    assert meta["device_type"] == "CPU" and json.loads(meta["program"])["format"] == "hlo_proto"
+    assert "program/hlo" in keys and f"program/args/{json.loads(meta['program'])['arguments'] - 1}" in keys
     assert any(c["path"] == PLANTED for c in calls)
     assert any(k.startswith("outputs.logits") for k in keys)
     cap = parity.load_capture(path)

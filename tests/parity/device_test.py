@@ -63,12 +63,13 @@ def test_device_option_overrides_the_environment_on_purpose(tmp_path):
 
 def test_explanation_on_another_device_says_the_rules_are_xla_cpus():
     """In a process whose environment selects TPU: the sentence parity's explanation appends."""
-    code = ("from torch_xla_ext import _device\nfrom torch_xla_ext.parity import explain\n"
-            "print(_device.current()); print(explain.device_caveat())")
+    code = ("from torch_xla_ext import _device\nfrom torch_xla_ext.parity import wording\n"
+            "print(_device.current()); print(wording.device_caveat())")
     proc = subprocess.run([sys.executable, "-c", code], env=_env(PJRT_DEVICE="TPU"), capture_output=True,
                           text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     device, sentence = proc.stdout.strip().splitlines()[-2:]
     assert device == "TPU"
-    assert sentence == ("XLA ran on TPU: the rounding rules this explanation applies are XLA:CPU's, and its cause "
-                        "attribution is not verified on TPU.")
+    assert sentence == ("XLA ran on TPU, and this report applied XLA:CPU's rules (given): TPU's own matmul precision "
+                        "would read as a real difference; rerun with rules='auto' (--rules auto) to replay the "
+                        "precision each dot's precision_config asks of TPU.")

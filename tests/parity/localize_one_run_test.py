@@ -3,8 +3,9 @@ verdict and every module's tensors (oracle: torch_xla's own metrics), one clone 
 that stays right under in-place ops (oracle: the arithmetic the model does), and the localisation's
 golden is verify's golden, so a reference that cannot run in fp64 is still an EXCEPTION verdict.
 The module tensors come from the rounded replay of the run's trace, not from torch_xla's program:
-they equal a real hooked XLA run's bit for bit on zoo models (oracle: ``parity.capture``), and when
-the replay does not reproduce the run a second XLA run computes them.
+on zoo models they are a real hooked XLA run's within what evaluation order can change between
+torch_xla's and jaxlib's XLA (oracle: ``parity.capture``; the bit-equal count is a printed figure),
+and when the replay does not reproduce the run a second XLA run computes them.
 """
 
 import copy
@@ -16,7 +17,9 @@ import torch_xla.debug.metrics as met
 
 from tests import zoo
 from torch_xla_ext import parity
-from torch_xla_ext.parity import _outputs, api, capturing, runners
+from torch_xla_ext.parity import capturing
+from torch_xla_ext.parity.stages import replays, xla_run
+from torch_xla_ext.parity.user_code import user_rng_preserved
 
 
 class Doubling(torch.nn.Module):
@@ -52,7 +55,7 @@ def test_localize_compiles_and_executes_once_on_xla():
     r, executions = counted(lambda: parity.verify(model, (x,), dtype="bf16", localize=True))
     assert met.metric_data("CompileTime")[0] == 1
     assert executions == 1
-    assert r.emulation == "matches"  # the replay of the outputs' program is the captured run, bit for bit
+    assert r.reproduced  # the replay of the outputs' program is the captured run, within the bound
     assert [m.name for m in r.modules] == ["0", "1", "2", "<root>"]
     assert r.first_divergent_module is None
 
@@ -120,7 +123,7 @@ def test_shadow_failure_keeps_the_verdict_and_says_why_there_is_no_localisation(
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), FailsOnSecondCall()).eval()
     r = parity.verify(model, (torch.randn(2, 4),), dtype="bf16", localize=True)
     assert r.verdict in (parity.Verdict.PASS, parity.Verdict.FAIL)
-    assert r.outputs and r.emulation == "matches"
+    assert r.outputs and r.reproduced
     assert r.modules == ()
     assert "The per-module localisation failed (fp32 shadow of 1: RuntimeError: called twice)" in r.explanation
 
@@ -169,33 +172,49 @@ def test_golden_is_fp64_through_recurrent_and_attention_modules_and_finds_a_bug_
 def replayed_capture(model, args, kwargs):
     """verify's path: the recorder's tensors go into the rounded replay's program, not the run's."""
     recorder = capturing.Recorder()
-    with runners.user_rng_preserved():
-        run, executions = counted(lambda: runners.run_xla(model, args, kwargs, torch.bfloat16, 0, True,
+    with user_rng_preserved():
+        run, executions = counted(lambda: xla_run.run_xla(model, args, kwargs, torch.bfloat16, 0, True,
                                                           run=recorder, replayed=recorder))
-    replayed = _outputs.replay_outputs(run, len(run.outputs), [tuple(t.shape) for _, t in run.outputs])
+    replayed = replays.replay_program(run.program, None, len(run.outputs), [tuple(t.shape) for _, t in run.outputs],
+                                      keep_args=True, rules="xla-cpu", device="CPU")
     assert replayed.status == "ok"
-    assert _outputs.reproduces(run.outputs, replayed.rounded)
+    assert replays.reproduces(run.outputs, replayed)
     return recorder.replayed(replayed.captured, run.outputs, torch.bfloat16), executions
 
 
 @pytest.mark.parametrize("name", ["gpt2", "mobilenet_v3", "t5"])
-def test_replayed_capture_is_a_hooked_xla_runs_bit_for_bit(name):
+def test_replayed_capture_is_a_hooked_xla_runs_within_bf16_rounding(name):
+    """Each module tensor the rounded replay computes against the same tensor of a hooked torch_xla
+    run: two XLA builds sum in their own orders, so an f32 sum can land on the other side of a bf16
+    rounding boundary and a value differs by an ulp of bf16 where that happens, carried on by later
+    ops as any rounding is. The bound: the localisation's own yardstick, a few bf16 units of
+    roundoff of each tensor's RMS (RMS of the difference at most 2 units), far below the 2% bug it
+    must see (5 units). The bit-equal count is printed."""
     model, args, kwargs = zoo.build(name)
-    with runners.user_rng_preserved():  # a model may execute a small graph of its own first
-        _, plain = counted(lambda: runners.run_xla(model, args, kwargs, torch.bfloat16, 0, True))
+    with user_rng_preserved():  # a model may execute a small graph of its own first
+        _, plain = counted(lambda: xla_run.run_xla(model, args, kwargs, torch.bfloat16, 0, True))
     cap, executions = replayed_capture(model, args, kwargs)
     assert executions == plain  # the run executed the outputs' program, no program of the capture's
     real = parity.capture(model, args, kwargs, dtype="bf16")  # torch_xla computes every module tensor
     assert [(c.path, c.call) for c in cap.calls] == [(c.path, c.call) for c in real.calls]
+    unit = torch.finfo(torch.bfloat16).eps / 2
     compared = differing = 0
     for mine, theirs in zip(cap.calls, real.calls):
         for a, b in ((mine.inputs, theirs.inputs), (mine.outputs, theirs.outputs)):
             assert a.keys() == b.keys()
             for p in a:
                 compared += 1
-                differing += a[p].dtype != b[p].dtype or not torch.equal(a[p], b[p])
+                assert a[p].dtype == b[p].dtype and a[p].shape == b[p].shape
+                if torch.equal(a[p], b[p]):
+                    continue
+                differing += 1
+                x, y = a[p].double(), b[p].double()
+                finite = torch.isfinite(y)
+                rms = float(y[finite].square().mean().sqrt())
+                diff = float((x - y)[finite].square().mean().sqrt())
+                assert diff <= 2 * unit * rms, (mine.path, p, diff, rms)
     assert compared > 20
-    assert differing == 0, f"{differing}/{compared} module tensors differ from torch_xla's"
+    print(f"{name}: {compared - differing}/{compared} module tensors bit-equal to torch_xla's")
 
 
 @pytest.mark.parametrize("view", [False, True])
@@ -211,7 +230,7 @@ def test_a_second_xla_run_captures_when_the_replay_does_not_reproduce_the_run(mo
     model, args, kwargs = zoo.build("gpt2")
     expected, executions = counted(lambda: parity.verify(model, args, kwargs, dtype="bf16", localize=True))
     # As on a device the replay does not model: its values are not the run's, so they are not used.
-    monkeypatch.setattr(api, "reproduces", lambda outputs, rounded: False)
+    monkeypatch.setattr(replays, "reproduces", lambda outputs, replayed: False)
     r, twice = counted(lambda: parity.verify(model, args, kwargs, dtype="bf16", localize=True))
     assert twice == 2 * executions  # the run, then the hooked capture run
     assert "XLA capture" in r.seconds

@@ -149,7 +149,7 @@ def test_the_golden_never_reuses_the_memory_of_a_weight_copy_still_in_view():
     """The golden holds a few widened weights and writes a new one into the memory of one that
     left (golden.py). A view kept across the other layers must still read its own weight. Oracle:
     the model in float64 on the bf16-rounded weights and input, run by torch directly."""
-    from torch_xla_ext.parity import localization
+    from torch_xla_ext.parity.stages import localization
 
     model = KeepsAView().eval()
     x = torch.randn(4, 32, generator=torch.Generator().manual_seed(4))

@@ -166,14 +166,15 @@ def test_an_mhlo_op_without_counterpart_is_named():
 def test_zoo_program_opens_in_model_explorer(name, server, tmp_path):
     """Every zoo model's program (bf16, as verify captures it) converts, and the node id we give
     each of main's top-level ops is the adapter's node for that op (the ops node data can cover)."""
-    from torch_xla_ext.parity import runners
+    from torch_xla_ext.parity.casts import torch_dtype
+    from torch_xla_ext.parity.stages.xla_run import run_xla
     from jax.extend.mlir import ir
 
-    from torch_xla_ext.parity.stablehlo import Program, location_name, functions, parse
+    from torch_xla_ext.parity.program.stablehlo import Program, location_name, functions, parse
 
     model, args, kwargs = zoo.build(name)
-    run = runners.run_xla(model, args, kwargs, runners.torch_dtype("bf16"), 0, True)
-    program = Program.from_hlo_proto(run.proto)
+    run = run_xla(model, args, kwargs, torch_dtype("bf16"), 0, True)
+    program = Program.from_hlo_proto(run.program.proto)
     text = explorer.explorer_module_text(program.text)
     path = tmp_path / "program.mlir"
     path.write_text(text)

@@ -1,4 +1,4 @@
-"""Model Explorer nodes carry the module path of their op (issue 20.1).
+"""Model Explorer nodes carry the module path of their op.
 
 With ``XLA_HLO_DEBUG=1`` from the start of the process, parity's XLA run labels each op with the
 ``named_modules()`` path of the innermost module whose forward produced it. Oracles: the model's
@@ -22,7 +22,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from torch_xla_ext.parity import explorer, runners  # noqa: E402
+from torch_xla_ext.parity import explorer  # noqa: E402
+from torch_xla_ext.parity.casts import to_numpy, torch_dtype  # noqa: E402
+from torch_xla_ext.parity.stages.xla_run import run_xla  # noqa: E402
 
 from tests.parity.model_explorer_test import Block, check_opens, convert, server  # noqa: E402,F401  (server: the fixture)
 
@@ -39,18 +41,18 @@ def _weight_readers(model, run):
     that reads an HLO parameter equal, bit for bit, to exactly one module's ``weight``."""
     from jax.extend.mlir import ir
 
-    from torch_xla_ext.parity.stablehlo import Program, location_name, functions, parse
+    from torch_xla_ext.parity.program.stablehlo import Program, location_name, functions, parse
 
-    cast = runners.torch_dtype("bf16")
+    cast = torch_dtype("bf16")
     owners = {}
-    for i, arg in enumerate(run.graph_args):
+    for i, arg in enumerate(run.program.args):
         hits = [path for path, m in model.named_modules()
                 if isinstance(getattr(m, "weight", None), torch.nn.Parameter) and m.weight.dim() >= 2
                 and tuple(m.weight.shape) == arg.shape
-                and np.array_equal(runners.to_numpy(m.weight.detach().to(cast)).view(np.uint16), arg.view(np.uint16))]
+                and np.array_equal(to_numpy(m.weight.detach().to(cast)).view(np.uint16), arg.view(np.uint16))]
         if len(hits) == 1:
             owners[i] = hits[0]
-    program = Program.from_hlo_proto(run.proto)
+    program = Program.from_hlo_proto(run.program.proto)
     ctx, module = parse(program.text, "the program")
     out = []
     with ctx:
@@ -98,7 +100,7 @@ def _innermost_called(owner: str, called: set[str]) -> str:
 def test_ops_carry_the_module_that_produced_them(name, server, tmp_path):
     model, args, kwargs = zoo.build(name)
     called = _called(model)
-    run = runners.run_xla(model, args, kwargs, runners.torch_dtype("bf16"), 0, True)
+    run = run_xla(model, args, kwargs, torch_dtype("bf16"), 0, True)
     paths = run.module_paths
     assert paths, "no op carries a module path with XLA_HLO_DEBUG=1"
     real = {p for p, _ in model.named_modules()}
@@ -111,10 +113,10 @@ def test_ops_carry_the_module_that_produced_them(name, server, tmp_path):
              if paths.get(instr) != _innermost_called(owner, called)]
     assert not wrong, f"{name}: {len(wrong)}/{len(readers)} weight readers attributed elsewhere: {wrong[:5]}"
     # The program with the paths opens in Model Explorer, each path a node attribute and namespace.
-    from torch_xla_ext.parity.stablehlo import Program
+    from torch_xla_ext.parity.program.stablehlo import Program
 
     path = tmp_path / "program.mlir"
-    path.write_text(explorer.explorer_module_text(Program.from_hlo_proto(run.proto).text, paths))
+    path.write_text(explorer.explorer_module_text(Program.from_hlo_proto(run.program.proto).text, paths))
     answer = convert(server, str(path))
     assert "error" not in answer, answer.get("error")
     shown = 0

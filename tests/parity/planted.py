@@ -128,7 +128,9 @@ def planted_effect(model: torch.nn.Module, broken: torch.nn.Module, capture: Any
     """How far (RMS) the planted bug moves its module's first call's output on the inputs XLA gave
     it, in fp64. Over that call's rounding level it says whether any rule reading rounding could
     see it: below the threshold the bug is smaller than rounding."""
-    from torch_xla_ext.parity import localization, runners
+    from torch_xla_ext.parity.leaves import tensor_leaves
+    from torch_xla_ext.parity.stages import localization
+    from torch_xla_ext.parity.widening import default_dtype
 
     call = next(c for c in capture.calls if c.path == path and c.call == 0)
     a = dict(model.named_modules())[path]
@@ -140,7 +142,7 @@ def planted_effect(model: torch.nn.Module, broken: torch.nn.Module, capture: Any
     outs = []
     for mod in (a, b):
         m64 = copy.deepcopy(mod).to(torch.float64)
-        with torch.no_grad(), runners.default_dtype(torch.float64):
-            outs.append(dict(runners.tensor_leaves(m64(*[t.clone() for t in pos]))))  # in-place modules
+        with torch.no_grad(), default_dtype(torch.float64):
+            outs.append(dict(tensor_leaves(m64(*[t.clone() for t in pos]))))  # in-place modules
     limit = float(torch.finfo(torch.float64).max)
     return localization.rms_error(outs[0], outs[1], limit)

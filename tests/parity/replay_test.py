@@ -222,5 +222,5 @@ def test_the_analysis_rejects_a_malformed_graph():
     with pytest.raises(ValueError, match=r"op 0 \(stablehlo.add\).*out of range"):  # INVALID_ARGUMENT
         core.find_rounding_points(graph.Graph([graph.TensorType([2], "bf16")], 1,
                                               [graph.Op("stablehlo.add", [0, 9], [])], []))
-    assert core.op_class("stablehlo.gather") == "moves_data"
-    assert core.op_class("stablehlo.convolution") == "computes"
+    assert core.op_class("stablehlo.gather") == core.OpClass.MOVES_DATA
+    assert core.op_class("stablehlo.convolution") == core.OpClass.COMPUTES

@@ -53,7 +53,7 @@ def test_unperturbed_fp32_stack_agrees_everywhere():
 def test_issue_8747_bf16_every_layer_is_rounding_not_divergence():
     layers, reference, x = parity.scan_patched_linear_example("bf16")
     r = parity.scan_layers(layers, x, dtype="bf16", reference_layers=reference)
-    assert r.emulation == "matches" and r.hlo_math == "same"
+    assert r.reproduced and r.hlo_math == "same"
     # scan == loop bit for bit in bf16
     assert all(l.scan_vs_loop.ulp_histogram["0"] == l.scan_vs_loop.total for l in r.layers)
     assert r.first_mismatched_layer is not None  # CPU eager disagrees...

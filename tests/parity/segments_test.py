@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from torch_xla_ext import _dtypes, parity
-from torch_xla_ext.parity import capturing, segments
-from torch_xla_ext.parity.stablehlo import parse
+from torch_xla_ext.parity import capturing
+from torch_xla_ext.parity.program import segments
+from torch_xla_ext.parity.program.stablehlo import parse
 
 BF16 = ml_dtypes.bfloat16
 BLOCKS, D = 5, 64
@@ -158,7 +159,7 @@ def test_a_gpt2_run_cuts_at_its_blocks(localize):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from torch_xla_ext.parity import _outputs
+    from torch_xla_ext.parity.stages import replays
 
     layers = 4
     torch.manual_seed(0)
@@ -166,19 +167,19 @@ def test_a_gpt2_run_cuts_at_its_blocks(localize):
                                        use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
     ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(1))
     seen = {}
-    real = _outputs.compile_replays
+    real = replays.compile_replays
 
-    def compile_replays(proto, unrounded="f64", capture_proto=None, cuts=()):
-        seen.update(proto=proto, capture_proto=capture_proto, cuts=list(cuts))
-        compiled = real(proto, unrounded, capture_proto, cuts)
+    def compile_replays(program, unrounded="auto", capture_program=None, cuts=(), rules="xla-cpu", device=None):
+        seen.update(program=program, capture_program=capture_program, cuts=list(cuts))
+        compiled = real(program, unrounded, capture_program, cuts, rules, device)
         seen["plan"] = compiled[1].plan
         return compiled
 
-    _outputs.compile_replays = compile_replays
+    replays.compile_replays = compile_replays
     try:
         report = parity.verify(model, (ids,), dtype="bf16", localize=localize)
     finally:
-        _outputs.compile_replays = real
+        replays.compile_replays = real
     assert bool(report.modules) == localize
     assert len(seen["cuts"]) == layers + 1
     plan = seen["plan"]
@@ -188,8 +189,8 @@ def test_a_gpt2_run_cuts_at_its_blocks(localize):
     assert len(plan.modules) <= len(plan.segments) - (layers - 2)
     assert len({s.module for s in plan.segments[2:2 + layers - 1]}) == 1
 
-    program = parity.Program.from_hlo_proto(seen["capture_proto"])
-    offset = len(parity.Program.from_hlo_proto(seen["proto"]).main.returned)
+    program = seen["capture_program"]
+    offset = len(seen["program"].main.returned)
     cut = parity.Replay(program, rounded=True, cuts=[offset + c for c in seen["cuts"]])
     whole = parity.Replay(program, rounded=True)
     assert cut.plan is not None and whole.plan is None

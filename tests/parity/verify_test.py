@@ -1,6 +1,7 @@
 """verify() on real torch_xla (PJRT CPU): the pytorch/xla#8747 configuration (scan over 4
 nn.Linear(128, 128) patched with apply_xla_patch_to_nn_linear, input (3, 4, 5, 128)) is exact in
-fp32 and, in bf16, explained as rounding placement with the rounded replay bit-identical to XLA;
+fp32 and, in bf16, explained as rounding placement with XLA within the rounded replay's bound (their
+bit-equality is a printed figure: torch_xla's and jaxlib's XLA are two builds);
 a different program is a real difference; reassociation; a nondeterministic reference; the
 user's exception; bad input raising; pytree outputs and keyword inputs."""
 
@@ -60,17 +61,22 @@ def test_fp32_passes(issue_8747):
     print(f"fp32 XLA vs CPU eager: {o.xla_vs_cpu.ulp_histogram.get('0', 0)}/{o.xla_vs_cpu.total} bit-identical")
     assert o.cause in (None, "reassociation")
     assert r.rounding_points == ()  # nothing is stored in a narrow float
-    assert r.hlo_math == "same" and r.emulation in ("matches", "differs")
+    assert r.hlo_math == "same" and r.emulation in ("matches", "differs") and r.reproduced
     assert r.explanation.startswith("PASS: XLA matches CPU eager")
 
 
-def test_bf16_mismatch_is_rounding_placement_with_the_replay_bit_identical(bf16_report):
+def test_bf16_mismatch_is_rounding_placement_with_the_run_within_the_replays_bound(bf16_report):
     r = bf16_report
     (o,) = r.outputs
     assert r.verdict == parity.Verdict.FAIL and o.xla_vs_cpu.mismatched > 0
-    # XLA equals its program replayed with XLA:CPU's roundings, on every element (the #8747 numbers)...
-    assert r.emulation == "matches"
-    assert o.emulated.mismatched == 0 and o.emulated.total == 7680
+    # XLA equals its program replayed with XLA:CPU's roundings within what evaluation order can
+    # change (the #8747 numbers); bit for bit is a figure (two XLA builds, two CPUs).
+    assert r.reproduced and o.reproduced and o.replay_distance <= o.replay_bound
+    assert o.emulated.total == 7680
+    print(f"XLA vs rounded replay: {o.emulated.total - o.emulated.mismatched}/7680 bit-equal, greatest difference "
+          f"{o.replay_distance:.3g}, bound {o.replay_bound:.3g}")
+    # The bound is far below a real difference: a bf16 rounding's worth of the output, not more.
+    assert o.replay_bound <= 4 * o.xla_error
     # ...and the program without roundings is the reference's math. It rounds to bf16, so that
     # replay ran in f32: 16 more mantissa bits than bf16, so its error against the fp64 golden
     # must sit far below the rounded replay's (2^8 of slack on that 2^16).
@@ -83,7 +89,7 @@ def test_bf16_mismatch_is_rounding_placement_with_the_replay_bit_identical(bf16_
     assert o.cause == "rounding placement" and r.causes == {"": "rounding placement"}
     assert r.explanation.startswith(f"FAIL: {o.xla_vs_cpu.mismatched}/7680 elements mismatch")
     assert "Rounding placement explains output(s) <root>" in r.explanation
-    assert "bit for bit on 7680/7680 elements" in r.explanation
+    assert "within what evaluation order can change between two XLA builds" in r.explanation
     assert f"XLA's greatest error is {o.xla_error:.3g}" in r.explanation
     assert f"CPU eager's is {o.cpu_error:.3g}" in r.explanation
 
@@ -102,17 +108,19 @@ def test_bf16_errors_against_an_independent_golden_and_double_rounding(issue_874
     assert o.xla_error == pytest.approx(float((h.double() - h64).abs().max()), rel=1e-9)
     assert o.scale == pytest.approx(float(h64.abs().max()), rel=1e-12)
     assert o.xla_error > o.cpu_error and o.closer == "cpu"
-    assert o.emulated_error == o.xla_error
+    # The replay's error is XLA's up to their distance (equal when they are bit-equal).
+    assert abs(o.emulated_error - o.xla_error) <= o.replay_distance
 
 
 def test_report_renders_and_serialises(bf16_report):
     text = str(bf16_report)
     assert text.startswith("Parity verdict: FAIL (bfloat16)")
-    rounding = text.split("== Rounding ==")[1].split("== ")[0]  # the replay table: XLA = rounded replay
-    assert "XLA = rounded replay" in rounding and "7680/7680" in rounding
+    rounding = text.split("== Rounding ==")[1].split("== ")[0]  # the replay table: XLA - rounded replay
+    assert "XLA - rounded replay" in rounding and "bound" in rounding
     d = json.loads(bf16_report.to_json())
-    assert d["verdict"] == "FAIL" and d["emulation"] == "matches" and d["hlo_math"] == "same"
-    assert d["outputs"][0]["emulated"]["mismatched"] == 0 and d["outputs"][0]["cause"] == "rounding placement"
+    assert d["verdict"] == "FAIL" and d["reproduced"] is True and d["hlo_math"] == "same"
+    assert d["emulation"] in ("matches", "differs") and d["rules"] == "xla-cpu" and d["rules_source"] == "given"
+    assert d["outputs"][0]["emulated"]["total"] == 7680 and d["outputs"][0]["cause"] == "rounding placement"
     assert d["seconds"]["total"] > 0 and "compile rounded replay" in d["seconds"]
 
 
@@ -120,7 +128,7 @@ def test_a_different_program_is_a_real_difference():
     x = torch.randn(64)
     r = parity.verify(lambda t: t * 1.001, (x,), reference=lambda t: t, dtype="fp32")
     assert r.verdict == parity.Verdict.FAIL
-    assert r.emulation == "matches"  # XLA runs its program faithfully...
+    assert r.reproduced  # XLA runs its program faithfully...
     assert r.hlo_math == "differs"  # ...but the program is not the reference's math
     assert r.outputs[0].cause == "real difference"
     assert "the program XLA ran is not the reference's math" in r.explanation
@@ -252,10 +260,10 @@ def test_pytree_outputs_and_keyword_inputs():
     r = parity.verify(PytreeModel(), (torch.randn(4, 8),), {"scale": torch.tensor(2.0), "mask": torch.ones(4).long()},
                       dtype="fp32")
     assert [o.path for o in r.outputs] == [".hidden", ".extra['pair'].lo", ".extra['pair'].hi"]
-    assert r.verdict == parity.Verdict.PASS and r.emulation == "matches"
+    assert r.verdict == parity.Verdict.PASS and r.reproduced
 
 
-def test_bf16_elementwise_chains_reductions_and_norms_are_bit_identical():
+def test_bf16_elementwise_chains_reductions_and_norms_are_reproduced():
     torch.manual_seed(0)
     programs = {
         "scalar_chain": lambda t: (t * 1.7 + 0.3) * t - 0.1,  # excess precision on the add
@@ -268,7 +276,7 @@ def test_bf16_elementwise_chains_reductions_and_norms_are_bit_identical():
     x = torch.randn(8, 64)
     for name, fn in programs.items():
         r = parity.verify(fn, (x,), dtype="bf16")
-        assert r.emulation == "matches", (name, r)
+        assert r.reproduced, (name, r)
         assert r.hlo_math == "same", name
         assert r.explanation.startswith(r.verdict.value + ":"), name
 
@@ -349,7 +357,7 @@ def test_model_copies_are_cast_tensor_by_tensor_like_module_to():
     # verify copies the model per run without a float32 copy of the whole model first; the copy
     # must be what torch's own deepcopy + Module.to gives: same values and dtypes (integer
     # buffers kept), tied weights still tied, the user's model untouched.
-    from torch_xla_ext.parity import runners
+    from torch_xla_ext.parity import casts
 
     class Tied(torch.nn.Module):
         def __init__(self):
@@ -363,7 +371,7 @@ def test_model_copies_are_cast_tensor_by_tensor_like_module_to():
     model = Tied()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     for via in (None, torch.bfloat16):
-        got = runners.prepare(model, "cpu", torch.float64, via=via)
+        got = casts.prepare(model, "cpu", torch.float64, via=via)
         want = copy.deepcopy(model).to(via or torch.float32).to(torch.float64)
         assert got.b.weight is got.a.weight and got.a.weight.requires_grad
         for (k, g), (_, w) in zip(got.state_dict().items(), want.state_dict().items()):
@@ -379,27 +387,29 @@ def test_the_replays_read_the_weights_the_device_held_even_when_the_run_updates_
     import torch_xla
 
     from torch_xla_ext._compat import hlo
-    from torch_xla_ext.parity import runners
+    from torch_xla_ext.parity import casts
+    from torch_xla_ext.parity.program.replay import LazyArgs
+    from torch_xla_ext.parity.stages import xla_run
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.GELU(),
                                 torch.nn.Linear(16, 4)).train()
     x = torch.randn(6, 8)
     user_stats = model[1].running_mean.clone()
-    run = runners.run_xla(model, (x,), {}, torch.bfloat16, 0, True)
-    assert isinstance(run.graph_args, runners.GraphArgs)
+    run = xla_run.run_xla(model, (x,), {}, torch.bfloat16, 0, True)
+    assert isinstance(run.program.args, LazyArgs)
     # The same program traced again; its device data read before torch_xla runs it.
     with torch.no_grad():
-        device_model = runners.prepare(model, torch_xla.device(), torch.bfloat16)
-        out = device_model(runners.move(x, torch_xla.device(), torch.bfloat16))
-    expected = [runners.to_numpy(t.cpu()) for t in hlo.graph_inputs([out])]
+        device_model = casts.prepare(model, torch_xla.device(), torch.bfloat16)
+        out = device_model(casts.move(x, torch_xla.device(), torch.bfloat16))
+    expected = [casts.to_numpy(t.cpu()) for t in hlo.graph_inputs([out])]
     torch_xla.sync()
-    assert len(run.graph_args) == len(expected)
-    for k, (got, want) in enumerate(zip(run.graph_args, expected)):
+    assert len(run.program.args) == len(expected)
+    for k, (got, want) in enumerate(zip(run.program.args, expected)):
         assert got.dtype == want.dtype and got.shape == want.shape, k
         assert got.tobytes() == want.tobytes(), f"argument {k} differs from the device's"
     report = parity.verify(model, (x,), dtype="bf16")
-    assert report.emulation == "matches", report.explanation
+    assert report.reproduced, report.explanation
     assert torch.equal(model[1].running_mean, user_stats)  # the user's model is never run
 
 
@@ -409,7 +419,7 @@ def test_verifys_collections_pass_over_the_objects_that_existed_before_it(monkey
     import gc
     import weakref
 
-    from torch_xla_ext.parity import runners
+    from torch_xla_ext.parity import memory
 
     class Node:
         pass
@@ -417,7 +427,7 @@ def test_verifys_collections_pass_over_the_objects_that_existed_before_it(monkey
     before = Node()
     before.self = before  # a cycle: only the collector frees it
     was_before = weakref.ref(before)
-    with runners.collector_skips_existing_objects():
+    with memory.collector_skips_existing_objects():
         assert gc.get_freeze_count() > 0
         made = Node()
         made.self = made
@@ -431,13 +441,69 @@ def test_verifys_collections_pass_over_the_objects_that_existed_before_it(monkey
     assert was_before() is None  # handed back
 
     frozen = []
-    real = runners.release_freed_memory
+    real = memory.release
 
-    def counting(collect=True):
+    def counting(level="collect"):
         frozen.append(gc.get_freeze_count())
-        return real(collect)
+        return real(level)
 
-    monkeypatch.setattr(runners, "release_freed_memory", counting)
+    monkeypatch.setattr(memory, "release", counting)
     parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32")
     assert frozen and min(frozen) > 0
     assert gc.get_freeze_count() == 0
+
+
+FROZEN_AFTER_INNER: list[int] = []  # outside the module: verify runs copies of it
+
+
+class Nested(torch.nn.Module):
+    """A reference that runs a whole verify of its own each time it is called (a nested run), and
+    notes how many objects were frozen right after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        import gc
+
+        inner = parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32", emulate=False)
+        assert inner.verdict == parity.Verdict.PASS
+        FROZEN_AFTER_INNER.append(gc.get_freeze_count())
+        return self.lin(x)
+
+
+def test_a_nested_verify_leaves_the_outer_runs_and_the_callers_frozen_objects_frozen():
+    """The collector policy never unfreezes what it did not freeze: a verify inside another (here,
+    inside the reference's CPU runs) leaves the outer run's frozen objects frozen, and a caller
+    that froze objects of its own (gc.freeze, as servers do after start-up) finds them still frozen
+    after verify. Oracles: gc.get_freeze_count and a weak reference to a frozen cycle."""
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    model = Nested()
+    outer = gc.get_freeze_count()
+    r = parity.verify(model.lin, (torch.randn(2, 4),), reference=model, dtype="fp32", emulate=False)
+    assert r.verdict == parity.Verdict.PASS
+    assert len(FROZEN_AFTER_INNER) == 3  # CPU eager twice and the fp64 golden each ran one
+    assert min(FROZEN_AFTER_INNER) > outer  # the outer run's freeze held
+    assert gc.get_freeze_count() == outer
+
+    mine = Node()
+    mine.self = mine
+    was_mine = weakref.ref(mine)
+    gc.freeze()  # the caller's own frozen objects (the cycle among them)
+    try:
+        count = gc.get_freeze_count()
+        del mine
+        parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32", emulate=False)
+        assert gc.get_freeze_count() > 0.9 * count  # still frozen (less the few that died): nothing unfrozen
+        gc.collect()
+        assert was_mine() is not None  # frozen, so the collection passed over it
+    finally:
+        gc.unfreeze()
+    gc.collect()
+    assert was_mine() is None

@@ -10,7 +10,7 @@ import torch
 
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
-from torch_xla_ext.parity import localization  # noqa: E402
+from torch_xla_ext.parity.stages import localization  # noqa: E402
 from tests.parity.zoo_checks import bf16_case_fixture, check_report, independent_cpu_errors
 
 NAMES = ("llama", "t5")

@@ -9,7 +9,7 @@ import torch
 
 from tests import zoo  # noqa: E402
 from torch_xla_ext import parity  # noqa: E402
-from torch_xla_ext.parity import explain  # noqa: E402
+from torch_xla_ext.parity import causes  # noqa: E402
 from tests.parity.zoo_checks import bf16_case_fixture, check_report
 
 NAMES = ("gpt2", "bert", "clip")
@@ -58,5 +58,5 @@ def test_fp32_ulps_near_zero_are_put_in_scale(gpt2_fp32):
     assert r.explanation.startswith(r.verdict.value + ":")
     # the replay ran (bit-equality with XLA is a figure: see zoo_checks.check_report); no narrow float
     assert r.emulation in ("matches", "differs") and r.rounding_points == ()
-    assert o.emulated_error <= explain.REASSOCIATION_FACTOR * max(o.xla_error, o.cpu_error)
+    assert o.emulated_error <= causes.REASSOCIATION_FACTOR * max(o.xla_error, o.cpu_error)
     assert o.cause in (None, "reassociation")

@@ -87,10 +87,11 @@ def test_float_format_is_how_the_dtype_rounds(row):
 
 
 def test_narrow_floats():
-    from torch_xla_ext.parity import explorer, replays
+    from torch_xla_ext.parity import explorer
+    from torch_xla_ext.parity.program import rewrite
 
     assert all(_dtypes.by_name(n).is_float and _dtypes.numpy_dtype(n).itemsize == 2 for n in _dtypes.NARROW_FLOATS)
-    assert replays.NARROW_FORMATS == {"bf16": (8, 7), "f16": (5, 10)}
+    assert rewrite.NARROW_FORMATS == {"bf16": (8, 7), "f16": (5, 10)}
     assert explorer.UNIT_ROUNDOFF == {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 2.0 ** -24, "f64": 2.0 ** -53}
 
 
@@ -98,7 +99,7 @@ def test_former_copies_are_the_table():
     from torch_xla_ext import collectives, jax_call, numerics
     from torch_xla_ext._ext import numerics as numerics_core
     from torch_xla_ext.export import manifest, tensor_file
-    from torch_xla_ext.parity import runners
+    from torch_xla_ext.parity import casts
 
     # numerics: exactly the floats the C++ comparator has an enum member for
     members = {n for n in dir(numerics_core.DType) if isinstance(getattr(numerics_core.DType, n), numerics_core.DType)}
@@ -111,16 +112,16 @@ def test_former_copies_are_the_table():
             assert manifest.ELEMENT_TYPES[row.mlir] == row.name and manifest.np_dtype(row.name) == _dtypes.numpy_dtype(row.name)
         if row.is_float and not row.name.startswith("float8"):
             for spelling in (row.name, row.mlir, f"torch.{row.name}", *row.aliases):
-                assert runners.torch_dtype(spelling) is t
+                assert casts.torch_dtype(spelling) is t
     assert collectives.CPU_UNREDUCIBLE == ("torch.bfloat16", "torch.float16")
 
 
 @pytest.mark.parametrize("bad", ["int32", "bool", "float8_e4m3fn", "fp128", "complex64"])
 def test_parity_dtype_still_floats_only(bad):
-    from torch_xla_ext.parity import ParityError, runners
+    from torch_xla_ext.parity import ParityError, casts
 
     with pytest.raises(ParityError, match=repr(bad)):
-        runners.torch_dtype(bad)
+        casts.torch_dtype(bad)
 
 
 def test_safetensors_float8_round_trip_with_the_library(tmp_path):

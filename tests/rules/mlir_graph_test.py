@@ -98,7 +98,7 @@ def test_pre_order_is_mlir_s_own():
 
 def test_both_callers_read_the_walk():
     from torch_xla_ext.export import graph as export_graph
-    from torch_xla_ext.parity import stablehlo
+    from torch_xla_ext.parity.program import stablehlo
 
     ctx, module = parse(HAND.replace("%tok: !stablehlo.token, ", "").replace("%x, %tok", "%x"))
     with ctx:

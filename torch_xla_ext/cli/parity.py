@@ -5,8 +5,10 @@ embedded pytorch/xla#8747 example (scan over 4 patched nn.Linear(128, 128), bf16
 With ``--scan-layers`` the factory's model is the layer stack (an nn.ModuleList or
 nn.Sequential) and ``args`` is ``(x,)``: the layers run with torch_xla's scan_layers on XLA.
 ``--reference`` names a second factory whose model is the reference (CPU) side.
-``--capture FILE`` only runs the model on XLA and saves its per-module capture (safetensors);
-``--compare-capture FILE`` compares such a file with CPU runs of the model, without XLA.
+``--capture FILE`` only runs the model on XLA and saves its per-module capture and the program it
+ran (safetensors); ``--compare-capture FILE`` compares such a file with CPU runs of the model and
+replays its program, without XLA. ``--rules`` names the device precision rules the rounded replay
+applies (``auto``: each dot's precision_config on the device the run or the capture used).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
         progress(f"embedded example (pytorch/xla#8747): scan_layers over 4 patched nn.Linear(128, 128), "
                  f"input (3, 4, 5, 128), {args.dtype}, XLA (PJRT CPU) vs CPU eager")
         layers, reference, x = parity.scan_patched_linear_example(args.dtype)
-        report = parity.scan_layers(layers, x, dtype=args.dtype, reference_layers=reference, **tol)
+        report = parity.scan_layers(layers, x, dtype=args.dtype, reference_layers=reference, rules=args.rules, **tol)
         return _finish(report, args, check=False)
 
     if args.plot and not (args.localize or args.compare_capture):
@@ -52,7 +54,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.compare_capture:
         progress(f"comparing {args.compare_capture} with CPU runs of {type(made.model).__name__}")
-        report = parity.compare_capture(args.compare_capture, reference or made.model, made.args, made.kwargs, **tol)
+        report = parity.compare_capture(args.compare_capture, reference or made.model, made.args, made.kwargs,
+                                        rules=args.rules, **tol)
     elif args.scan_layers:
         if made.kwargs or len(made.args) != 1:
             raise FactorySpecError(f"--model: with --scan-layers, {args.model}() must return (layers, (x,)) with "
@@ -60,11 +63,12 @@ def _run(args: argparse.Namespace) -> int:
         layers = _layers(made.model, args.model, "--model")
         ref_layers = _layers(reference, args.reference, "--reference") if reference is not None else None
         progress(f"scan_layers parity over {len(layers)} layers ({args.dtype})")
-        report = parity.scan_layers(layers, made.args[0], dtype=args.dtype, reference_layers=ref_layers, **tol)
+        report = parity.scan_layers(layers, made.args[0], dtype=args.dtype, reference_layers=ref_layers,
+                                    rules=args.rules, **tol)
     else:
         progress(f"verify on XLA vs CPU eager ({args.dtype})" + (", per module" if args.localize else ""))
         report = parity.verify(made.model, made.args, made.kwargs, dtype=args.dtype, reference=reference,
-                               localize=args.localize, explorer_dir=args.explorer, **tol)
+                               localize=args.localize, explorer_dir=args.explorer, rules=args.rules, **tol)
         if args.explorer:
             from torch_xla_ext.parity import explorer
 
@@ -116,6 +120,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="dtype of the XLA and CPU runs")
     p.add_argument("--rtol", type=float, help="relative tolerance (default: torch.testing's for the dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: torch.testing's for the dtype)")
+    p.add_argument("--rules", default="xla-cpu", metavar="RULES",
+                   help="the device precision rules the rounded replay applies to f32 dots and convolutions: xla-cpu "
+                        "(default), tpu-default/tpu-high/tpu-highest (1, 3 or 6 bf16 passes), gpu-tf32, or auto (each "
+                        "dot's precision_config on the device the run or the capture used)")
     p.add_argument("--localize", action="store_true",
                    help="also separate every submodule's own error from what it inherited")
     p.add_argument("--plot", metavar="FILE.png", help="plot the per-module errors (with --localize)")

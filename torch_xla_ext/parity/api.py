@@ -1,25 +1,69 @@
-"""verify and assert_parity: one function against its reference, every output explained."""
+"""The entry points, each a list of stages over one run record (:mod:`.pipeline`): ``verify``,
+``localize``, ``assert_parity``, ``capture`` and ``compare_capture``.
+
+Example:
+    >>> import torch
+    >>> verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32").verdict
+    <Verdict.PASS: 'PASS'>
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from typing import Any
 
-from torch_xla_ext import _versions, numerics
-from torch_xla_ext.parity import explain as _explain
-from torch_xla_ext.parity import capturing, localization, runners
-from torch_xla_ext.parity._checks import check_inputs, tolerances
-from torch_xla_ext.parity._outputs import (EarlyCompile, exact_outputs, golden_errors, output_parity, replay_outputs,
-                                           reproduces, with_causes)
-from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
-from torch_xla_ext.parity.report import ParityReport, Verdict
-from torch_xla_ext.parity.stablehlo import Program
+import torch
 
-__all__ = ["assert_parity", "golden_errors", "localize", "output_parity", "verify"]
+from torch_xla_ext import _versions
+from torch_xla_ext.parity import arguments, explorer, pipeline
+from torch_xla_ext.parity.captures import Capture, load_capture
+from torch_xla_ext.parity.casts import torch_dtype
+from torch_xla_ext.parity.errors import ParityError, ParityTypeError
+from torch_xla_ext.parity.program.rules import resolve
+from torch_xla_ext.parity.record import Request
+from torch_xla_ext.parity.report import ParityReport
+from torch_xla_ext.parity.stages import cpu_eager, explanation, golden, localization, replays, xla_run
+
+__all__ = ["assert_parity", "capture", "compare_capture", "localize", "request", "verify", "verify_stages"]
 
 
-@runners.collector_skips_existing_objects()  # its collections scan what verify makes, not the process
+def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, rtol: float | None = None,
+            atol: float | None = None, reference: Any = None, seed: int = 0, emulate: bool = True,
+            localize: bool = False, explorer_dir: str | None = None, rules: Any = "xla-cpu") -> Request:
+    """verify's arguments, checked: a ParityError (a ValueError) or ParityTypeError names a bad one."""
+    arguments.check_callable(fn, "fn")
+    if reference is not None:
+        arguments.check_callable(reference, "reference")
+    arguments.check_seed(seed)
+    if explorer_dir is not None and not isinstance(explorer_dir, str):
+        raise ParityTypeError(f"explorer_dir: expected a directory path (str), got {type(explorer_dir).__name__}")
+    inputs, kwargs = arguments.check_inputs(inputs, kwargs)
+    ref = fn if reference is None else reference
+    if localize and not (isinstance(fn, torch.nn.Module) and isinstance(ref, torch.nn.Module)):
+        raise ParityTypeError("localize: per-module localisation needs fn (and the reference) to be nn.Modules")
+    if rules != "auto":
+        resolve(rules)  # a bad name raises here, before anything runs
+    return Request(fn, ref, reference is not None, inputs, kwargs, torch_dtype(dtype), rtol, atol,
+                   arguments.tolerances(rtol, atol), seed, emulate, localize, explorer_dir, rules)
+
+
+def verify_stages(r: Request) -> list[pipeline.Stage]:
+    """verify's stages for ``r``: CPU eager (twice), the fp64 golden (with localize: the
+    localisation's), the XLA run (its program's replays compiling beside it), the replays, the
+    localisation, the outputs compared, Model Explorer."""
+    return [
+        cpu_eager.FIRST,
+        cpu_eager.SECOND,
+        *golden.PLAIN.when(not r.localize),
+        xla_run.stage(replays.start_early, program=r.emulate or r.explorer_dir is not None),
+        xla_run.SAME_SHAPES,
+        cpu_eager.DETERMINISTIC,
+        *replays.STAGE.when(r.emulate),
+        *localization.STAGE.when(r.localize),
+        replays.COMPARE,
+        *explorer.STAGE.when(r.explorer_dir is not None),
+    ]
+
+
 def verify(
     fn: Any,
     inputs: Any = (),
@@ -33,6 +77,7 @@ def verify(
     emulate: bool = True,
     localize: bool = False,
     explorer_dir: str | None = None,
+    rules: Any = "xla-cpu",
 ) -> ParityReport:
     """Runs ``fn(*inputs, **kwargs)`` on XLA and its reference on CPU eager (twice) and in fp64,
     compares every floating-point output (any pytree: HF ModelOutputs, dicts, dataclasses,
@@ -43,10 +88,12 @@ def verify(
     None keeps the inputs' dtypes; integer inputs such as token ids are never cast). The RNG is
     reset to ``seed`` before every run. XLA vs CPU uses ``torch_xla_ext.numerics.compare`` with
     ``rtol``/``atol`` (default torch.testing's for the dtype). With ``emulate``, the XLA run's own
-    program is replayed twice by XLA on the CPU: with XLA:CPU's roundings and exactly in fp64
-    (:mod:`torch_xla_ext.parity.replays`). With ``localize``, every submodule's own error is
+    program is replayed twice by XLA on the CPU: rounded as ``rules``' device rounds ("xla-cpu";
+    "tpu-default", "tpu-high", "tpu-highest" and "gpu-tf32" for another device's f32 matmuls;
+    "auto" from each dot's precision_config and the device the run used) and exactly
+    (:mod:`torch_xla_ext.parity.program.replay`). With ``localize``, every submodule's own error is
     separated from what it inherited (:func:`localize`). With ``explorer_dir``, the program and
-    its per-op error go there for Model Explorer (:func:`write_model_explorer`).
+    its per-op error go there for Model Explorer (:func:`~torch_xla_ext.parity.explorer.write_model_explorer`).
 
     Bad arguments raise :class:`ParityError`; the verdict is EXCEPTION only when ``fn`` or the
     reference raises on a backend.
@@ -58,205 +105,9 @@ def verify(
         <Verdict.PASS: 'PASS'>
     """
     _versions.require("parity.xla")  # before anything here imports torch_xla or JAX
-    import torch
-
-    t_start = time.perf_counter()
-    if not callable(fn):
-        raise ParityTypeError(f"fn: expected a callable or an nn.Module, got {type(fn).__name__}")
-    if reference is not None and not callable(reference):
-        raise ParityTypeError(f"reference: expected a callable or an nn.Module, got {type(reference).__name__}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ParityTypeError(f"seed: expected an int, got {type(seed).__name__}")
-    if explorer_dir is not None and not isinstance(explorer_dir, str):
-        raise ParityTypeError(f"explorer_dir: expected a directory path (str), got {type(explorer_dir).__name__}")
-    inputs, kwargs = check_inputs(inputs, kwargs)
-    tol = tolerances(rtol, atol)
-    tdtype = runners.torch_dtype(dtype)
-    ref = fn if reference is None else reference
-    dtype_name = str(tdtype).removeprefix("torch.") if tdtype is not None else "input dtypes"
-    if localize and not (isinstance(fn, torch.nn.Module) and isinstance(ref, torch.nn.Module)):
-        raise ParityTypeError("localize: per-module localisation needs fn (and the reference) to be nn.Modules")
-    seconds: dict[str, float] = {}
-    early = EarlyCompile(unrounded="auto")
-    # With localize, the XLA run is also the localisation's capture (capturing.Recorder): every
-    # module call's tensors are traced with it. With emulate, the rounded replay computes them
-    # (it reproduces the run; as outputs of torch_xla's program they made its compile about 1.5x
-    # longer); without, the run's one execution does.
-    recorder = capturing.Recorder() if localize else None
-    # Without localize, the values between the model's repeated blocks alone: the rounded
-    # replay's program is cut there either way, so a transformer's blocks compile once.
-    replayed = (recorder or capturing.BlockValues()) if emulate else None
-
-    def plain_golden() -> tuple[list, float]:
-        # The golden starts from the inputs both sides received (rounded to dtype), so its
-        # error measures each side's arithmetic, not the shared input quantisation.
-        return runners.run_cpu(ref, inputs, kwargs, torch.float64, seed, via=tdtype, stage="fp64 golden")
-
-    try:
-        with runners.user_rng_preserved():
-            # Each CPU run's model copy is freed by reference counting when the run returns (no
-            # cycle holds it: a collection there found nothing), so a trim returns its pages.
-            # With localize, CPU eager's own module calls are kept: where XLA gave a module what
-            # CPU eager gave it, they are its CPU shadow (localization.module_pass).
-            eager = capturing.Recorder() if localize else None
-            cpu, seconds["cpu"] = runners.run_cpu(ref, inputs, kwargs, tdtype, seed, run=eager or runners.call)
-            runners.release_freed_memory(collect=False)
-            cpu2, _ = runners.run_cpu(ref, inputs, kwargs, tdtype, seed, stage="second CPU eager")
-            runners.release_freed_memory(collect=False)
-            # With localize, the localisation's golden run (after the XLA run) is the golden.
-            golden = None
-            if not localize:
-                golden, seconds["golden"] = plain_golden()
-                runners.release_freed_memory(collect=False)
-            xla = runners.run_xla(fn, inputs, kwargs, tdtype, seed, emulate or explorer_dir is not None,
-                                  on_program=(lambda proto, capture_proto: early.start(
-                                      proto, capture_proto, replayed.cuts)) if emulate else None,
-                                  run=recorder or replayed or runners.call,
-                                  replayed=replayed)
-            runners.release_freed_memory()
-            seconds["xla"] = xla.seconds
-    except runners.UserFailure as f:
-        early.close()
-        return _exception_report(f, dtype_name, rtol, atol, t_start)
-    cap = recorder.capture(xla.outputs, tdtype) if recorder is not None and not emulate else None
-    paths = [p for p, _ in xla.outputs]
-    if paths != [p for p, _ in cpu]:
-        early.close()
-        raise ParityError(f"fn and the reference return different floating-point outputs: {paths} vs "
-                          f"{[p for p, _ in cpu]}")
-    shapes = [(path or "<root>", list(a.shape), list(b.shape)) for (path, a), (_, b) in zip(xla.outputs, cpu)
-              if tuple(a.shape) != tuple(b.shape)]
-    if shapes:  # nothing to replay
-        early.close()
-    if shapes and reference is not None:
-        path, on_xla, on_cpu = shapes[0]
-        raise ParityError(f"output {path}: fn returns shape {on_xla} on XLA, the reference {on_cpu} on the CPU")
-    if shapes:  # the same function: XLA computed something else, no tolerance can say otherwise
-        listed = "; ".join(f"output {p}: XLA {x}, CPU eager {c}" for p, x, c in shapes)
-        explanation = (f"FAIL: a real difference: XLA returns outputs of other shapes than CPU eager ({listed}), so "
-                       f"torch_xla lowers an op of the program to something else (torch_xla 2.9 lowers sum, mean, "
-                       f"amax, amin, var and std over dim=[] as no reduction at all, where PyTorch reduces every "
-                       f"dimension). Nothing else was compared.")
-        return ParityReport(Verdict.FAIL, explanation, dtype_name, rtol, atol, stage="XLA",
-                            seconds={**seconds, "total": time.perf_counter() - t_start})
-
-    for (path, a), (_, b) in zip(cpu, cpu2):
-        r = numerics.compare(a, b, rtol=0.0, atol=0.0, equal_nan=True)
-        if not r.passed:
-            early.close()
-            explanation = (
-                f"NONDETERMINISTIC_REFERENCE: two CPU eager runs of the reference, with the RNG reset to seed {seed} "
-                f"before each, differ on {r.mismatched}/{r.total} elements of output {path or '<root>'} (greatest "
-                f"difference {r.max_abs_diff:.3g}), so a CPU comparison cannot tell an XLA bug from reference noise. "
-                f"Make the reference deterministic (seed every generator it uses, no state that changes between "
-                f"calls, torch.use_deterministic_algorithms(True)) and rerun.")
-            return ParityReport(Verdict.NONDETERMINISTIC_REFERENCE, explanation, dtype_name, rtol, atol,
-                                nondeterminism=(path, r), stage="CPU eager",
-                                seconds={**seconds, "total": time.perf_counter() - t_start})
-
-    del cpu2
-    program = rounded = exact = None
-    precision = "f64"
-    if emulate:
-        t0 = time.perf_counter()
-        program, rounded, exact, status, replay_seconds, precision, captured = replay_outputs(
-            xla, len(xla.outputs), [tuple(t.shape) for _, t in xla.outputs], keep_args=explorer_dir is not None,
-            early=early, unrounded="auto")
-        seconds.update(replay_seconds)
-        seconds["replays"] = time.perf_counter() - t0
-        if recorder is not None:
-            # The rounded replay's module tensors are the run's own where it reproduces the run's
-            # outputs bit for bit; otherwise (another device, a rounding it does not model) a
-            # second XLA run computes them.
-            cap = recorder.replayed(captured if reproduces(xla.outputs, rounded) else None, xla.outputs, tdtype)
-            del captured
-            if cap is None:
-                t0 = time.perf_counter()
-                try:
-                    cap = capturing.capture(fn, inputs, kwargs, dtype=tdtype, seed=seed)
-                except runners.UserFailure as f:
-                    return _exception_report(f, dtype_name, rtol, atol, t_start)
-                seconds["XLA capture"] = time.perf_counter() - t0
-                cap.info["source"] = "a second XLA run (the rounded replay does not reproduce the run)"
-            else:
-                cap.info["source"] = "the rounded replay (it reproduces the run's outputs bit for bit)"
-    else:
-        status = "unavailable: emulate=False"
-    early.close()
-
-    found = None
-    if localize:
-        runners.release_freed_memory()  # what the replays freed, before the golden's model comes
-        try:
-            found = localization.module_pass(cap, ref, inputs, kwargs, seed, consume=True, eager=eager.calls)
-            golden = found.golden
-            seconds["compare modules"] = found.seconds
-        except runners.UserFailure as f:
-            if f.stage == "fp64 golden":
-                return _exception_report(f, dtype_name, rtol, atol, t_start)
-            with runners.user_rng_preserved():  # a shadow failed: the golden alone, no localisation
-                golden, seconds["golden"] = plain_golden()
-            localize_failure = f" The per-module localisation failed ({f}); no localisation."
-        del cap, eager
-
-    def compared(exact: list | None) -> list:
-        return [output_parity(path, x, c, g, tol, rounded[i] if rounded is not None else None,
-                              exact[i] if exact is not None else None)
-                for i, ((path, x), (_, c), (_, g)) in enumerate(zip(xla.outputs, cpu, golden))]
-
-    outputs = compared(exact)
-    if precision == "f32" and any(o.same_math is False for o in outputs):
-        # The unrounded f32 replay leaves the golden: only the exact f64 one may call that a
-        # difference in the program's math.
-        t0 = time.perf_counter()
-        exact, f64_status, f64_seconds = exact_outputs(program, xla, keep_args=explorer_dir is not None)
-        seconds.update(f64_seconds)
-        seconds["replays"] += time.perf_counter() - t0
-        if exact is not None:
-            precision = "f64"
-            outputs = compared(exact)
-        else:
-            status = f64_status
-            rounded = None
-            outputs = compared(None)
-    points = program.rounding_points if program is not None else ()
-    outputs = with_causes(outputs, narrow=bool(points))
-    hlo_math = "unavailable"
-    if status == "ok":
-        status = "matches" if all(o.emulated.mismatched == 0 for o in outputs) else "differs"
-        hlo_math = "same" if all(o.same_math for o in outputs) else "differs"
-    verdict = Verdict.PASS if all(o.xla_vs_cpu.passed for o in outputs) else Verdict.FAIL
-    explanation = _explain.explain(verdict, outputs, status, points, dtype_name, unrounded=precision)
-    report = ParityReport(verdict, explanation, dtype_name, rtol, atol, outputs=tuple(outputs), emulation=status,
-                          hlo_math=hlo_math, rounding_points=tuple(points), seconds=seconds,
-                          hlo_text=program.text if program is not None else None,
-                          unrounded_replay=precision if status in ("matches", "differs") else None)
-    if found is not None:
-        report = localization.with_modules(report, found)
-    elif localize:
-        report = dataclasses.replace(report, explanation=report.explanation + localize_failure)
-    if explorer_dir is not None:
-        from torch_xla_ext.parity import explorer as _explorer
-
-        if program is None and xla.proto is not None and not emulate:
-            program = Program.from_hlo_proto(xla.proto)
-        if program is None:
-            raise ReplayError(f"explorer_dir: no program to write ({status.removeprefix('unavailable: ')})")
-        t0 = time.perf_counter()
-        _explorer.write_model_explorer(program, xla.graph_args, explorer_dir, xla.module_paths)
-        seconds["model explorer"] = time.perf_counter() - t0
-    seconds["total"] = time.perf_counter() - t_start
-    return dataclasses.replace(report, seconds=seconds)
-
-
-def _exception_report(f: runners.UserFailure, dtype_name: str, rtol: float | None, atol: float | None,
-                      t_start: float) -> ParityReport:
-    """The EXCEPTION verdict: the user's function (or reference) raised on a backend."""
-    text = f"{type(f.error).__name__}: {f.error}"
-    explanation = (f"EXCEPTION: the {f.stage} run raised {text.splitlines()[0]}; nothing was compared. Fix the "
-                   f"exception (report.exception has it) and rerun.")
-    return ParityReport(Verdict.EXCEPTION, explanation, dtype_name, rtol, atol, exception=text, stage=f.stage,
-                        seconds={"total": time.perf_counter() - t_start})
+    r = request(fn, inputs, kwargs, dtype=dtype, rtol=rtol, atol=atol, reference=reference, seed=seed,
+                emulate=emulate, localize=localize, explorer_dir=explorer_dir, rules=rules)
+    return explanation.report(pipeline.run(r, verify_stages(r)))
 
 
 def assert_parity(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: Any) -> ParityReport:
@@ -273,7 +124,7 @@ def assert_parity(fn: Any, inputs: Any = (), kwargs: dict | None = None, **optio
 
 
 def localize(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: Any) -> ParityReport:
-    """:func:`~torch_xla_ext.parity.verify` with the per-module localisation (``localize=True``).
+    """:func:`verify` with the per-module localisation (``localize=True``).
 
     Example:
         >>> import torch
@@ -286,3 +137,74 @@ def localize(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: A
     if "localize" in options:
         raise ParityError("localize: takes verify's options except localize")
     return verify(fn, inputs, kwargs, localize=True, **options)
+
+
+def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, seed: int = 0,
+            device: Any = None) -> Capture:
+    """Runs ``model`` on XLA (``device``, default ``torch_xla.device()``) in ``dtype`` with hooks
+    on every submodule and returns the per-module capture (tensors on the CPU, one sync), with the
+    program the device ran (its precision_config included) and its arguments, so a CPU host can
+    replay it (:func:`compare_capture`). What the model raises propagates as a ``UserFailure``
+    naming the stage.
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+        >>> x = torch.randn(2, 16)
+        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
+        'xla_run.safetensors'
+    """
+    _versions.require("parity.xla")  # before torch_xla is imported here
+    if not isinstance(model, torch.nn.Module):
+        raise ParityTypeError(f"model: per-module localisation needs an nn.Module, got {type(model).__name__}")
+    arguments.check_seed(seed)
+    inputs, kwargs = arguments.check_inputs(inputs, kwargs)
+    r = Request(model, model, False, inputs, kwargs, torch_dtype(dtype), seed=seed)
+
+    def run(record: Any) -> None:
+        record.capture = xla_run.capture(model, inputs, kwargs, r.dtype, seed, device, program=True)
+        record.capture.info["model"] = type(model).__name__
+
+    record = pipeline.run(r, [pipeline.Stage("XLA capture", run)])
+    if record.failure is not None:
+        raise record.failure
+    return record.capture
+
+
+def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
+                    rtol: float | None = None, atol: float | None = None, seed: int = 0,
+                    rules: Any = "xla-cpu", emulate: bool = True) -> ParityReport:
+    """Compares a capture (a :class:`~torch_xla_ext.parity.captures.Capture` or its file) with CPU
+    runs of ``reference`` on the same inputs, without XLA: the verdict on the final outputs (CPU
+    eager in the capture's dtype, fp64 golden), with ``emulate`` the replays of the program the
+    device ran (``rules`` as for :func:`verify`; "auto" reads the capture's device and each dot's
+    precision_config), and every module's own, inherited and total error (:mod:`.stages.localization`).
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+        >>> x = torch.randn(2, 16)
+        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
+        'xla_run.safetensors'
+        >>> report = compare_capture("xla_run.safetensors", model, (x,))
+        >>> report.first_divergent_module is None          # a module name when one diverges
+        True
+    """
+    if emulate:
+        _versions.require("parity.replay")  # the replays need JAX; comparing alone needs torch
+    cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
+    if not isinstance(reference, torch.nn.Module):
+        raise ParityTypeError(f"reference: per-module comparison needs an nn.Module, got {type(reference).__name__}")
+    arguments.check_seed(seed)
+    inputs, kwargs = arguments.check_inputs(inputs, kwargs)
+    if rules != "auto":
+        resolve(rules)
+    r = Request(reference, reference, True, inputs, kwargs, cap.run_dtype, rtol, atol,
+                arguments.tolerances(rtol, atol), seed, emulate, rules=rules)
+
+    def load(record: Any) -> None:
+        record.capture = cap
+
+    stages = [pipeline.Stage("capture", load), *replays.OF_CAPTURE.when(emulate), localization.STAGE,
+              cpu_eager.FIRST, replays.COMPARE]
+    return explanation.report(pipeline.run(r, stages, device=cap.device_type, uses_xla=False))

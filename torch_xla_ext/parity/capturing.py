@@ -1,101 +1,34 @@
-"""Per-module capture of a run, and its safetensors file (no pickle).
-
-``capture`` runs a model on XLA (a TPU host, or here PJRT CPU) with forward hooks on every
-submodule and keeps each call's tensor inputs and outputs, named by the module's path and the
-pytree path of each tensor. ``save`` writes them to one safetensors file whose metadata (JSON
-text) lists the calls; ``load_capture`` reads it back in another process, where
-``localization.compare_capture`` compares it with a CPU run of the reference (:mod:`.localization`).
+"""Recording a run's module calls: forward hooks on every submodule keep each call's tensor
+inputs and outputs, named by the module's path and the pytree path of each tensor
+(:func:`record_calls`). On XLA they stay lazy tensors (:class:`Recorder`): either the run's one
+execution computes them, or they become extra results of the rounded replay's program, which
+computes them instead (torch_xla then compiles the outputs' program alone). :class:`BlockValues`
+keeps only the values between a model's repeated blocks, where the rounded replay is cut.
 
 Example:
     >>> import torch
-    >>> from torch_xla_ext import parity
-    >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
-    >>> x = torch.randn(2, 16)
-    >>> cap = parity.capture(model, (x,), dtype="bf16")
-    >>> cap.save("run.safetensors")
-    'run.safetensors'
-    >>> # in another process, on the CPU:
-    >>> report = parity.compare_capture("run.safetensors", model, (x,))
-    >>> report.first_divergent_module is None          # bf16 rounding explains every module
-    True
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    >>> calls, out = record_calls(model, (torch.ones(1, 4),), {})
+    >>> [(c.path, c.depth) for c in calls]
+    [('0', 1), ('1', 1), ('', 0)]
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import os
 import weakref
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, Callable, NamedTuple
 
-from torch_xla_ext import _dtypes, _json, _versions
-from torch_xla_ext.parity import runners
-from torch_xla_ext.parity._checks import check_inputs
-from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityError, ParityTypeError
+import torch
 
-__all__ = ["BlockValues", "Capture", "ModuleCall", "Recorder", "capture", "load_capture", "record_calls",
-           "repeated_blocks"]
+from torch_xla_ext import _device, _dtypes
+from torch_xla_ext.errors import InternalError
+from torch_xla_ext.parity.captures import Capture, ModuleCall
+from torch_xla_ext.parity.errors import ParityError, ParityTypeError
+from torch_xla_ext.parity.leaves import tensor_leaves
+from torch_xla_ext.parity.user_code import call
 
-FORMAT = "torch_xla_ext.parity.capture/1"
-
-
-@dataclasses.dataclass
-class ModuleCall:
-    """One call of one submodule: tensors by pytree path. Input paths are into ``(args, kwargs)``
-    (``[0][0]`` is the first positional input, ``[1]['attention_mask']`` a keyword input)."""
-
-    path: str
-    call: int  # how many earlier calls this path had
-    depth: int
-    inputs: dict[str, Any]
-    outputs: dict[str, Any]
-
-
-@dataclasses.dataclass
-class Capture:
-    """A run's module calls in completion order (children before their parents) and its outputs."""
-
-    calls: list[ModuleCall]
-    outputs: dict[str, Any]
-    dtype: str
-    device: str
-    info: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    @property
-    def run_dtype(self) -> Any:
-        """The torch dtype the run was cast to; None for the inputs' own dtypes."""
-        return None if self.dtype == "input dtypes" else runners.torch_dtype(self.dtype, "the capture's dtype")
-
-    def save(self, path: str | os.PathLike) -> str:
-        """Writes one safetensors file; returns its path."""
-        from safetensors.torch import save_file
-
-        tensors, calls = {}, []
-        stored: set[int] = set()
-
-        def entry(t: Any) -> Any:
-            # safetensors stores no tensor twice: one shared between calls is written as copies.
-            t = t.detach().cpu().contiguous()
-            if t.untyped_storage().data_ptr() in stored:
-                return t.clone()
-            if t.numel():
-                stored.add(t.untyped_storage().data_ptr())
-            return t
-
-        for i, c in enumerate(self.calls):
-            for kind, leaves in (("in", c.inputs), ("out", c.outputs)):
-                for leaf, t in leaves.items():
-                    tensors[f"{i}/{kind}{leaf}"] = entry(t)
-            calls.append({"path": c.path, "call": c.call, "depth": c.depth, "inputs": list(c.inputs),
-                          "outputs": list(c.outputs)})
-        for leaf, t in self.outputs.items():
-            tensors[f"outputs{leaf}"] = entry(t)
-        metadata = {"format": FORMAT, "calls": _json.dumps(calls), "outputs": _json.dumps(list(self.outputs)),
-                    "dtype": self.dtype, "device": self.device, **{f"info.{k}": v for k, v in self.info.items()}}
-        path = os.fspath(path)
-        save_file(tensors, path, metadata=metadata)
-        return path
+__all__ = ["BlockValues", "Recorder", "record_calls", "repeated_blocks"]
 
 
 def _module_path_depth(path: str) -> int:
@@ -110,11 +43,7 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
     (for shadow runs); ``inputs`` are the tensors it received, by path. With ``keep=False`` the
     calls come back without tensors (path, call, depth only): each call's clones are dropped once
     ``on_call`` has read them, so a run compared as it goes never holds every module's activations.
-    What the model raises becomes a ``runners.UserFailure`` at ``stage``."""
-    import torch
-
-    from torch_xla_ext.errors import InternalError
-
+    What the model raises becomes a ``UserFailure`` at ``stage``."""
     if not isinstance(model, torch.nn.Module):
         raise ParityTypeError(f"model: per-module localisation needs an nn.Module, got {type(model).__name__}")
     calls: list[ModuleCall] = []
@@ -139,7 +68,7 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
 
     def clone_leaves(tree: Any, path: str) -> dict[str, Any]:
         try:
-            return {p: clone_one(t) for p, t in runners.tensor_leaves(tree)}
+            return {p: clone_one(t) for p, t in tensor_leaves(tree)}
         except Exception as e:  # our hook, not the user's model
             raise InternalError(f"parity's capture hook on {path or '<root>'} failed: {type(e).__name__}: {e}") from e
 
@@ -172,7 +101,7 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
         handles.append(module.register_forward_hook(hook, with_kwargs=True))
     try:
         with torch.no_grad():
-            out = runners.call(stage, model, args, kwargs)
+            out = call(stage, model, args, kwargs)
     finally:
         for h in handles:
             h.remove()
@@ -180,7 +109,7 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
 
 
 class Recorder:
-    """What ``runners.run_xla`` calls the prepared model with (its ``run``) to capture that run:
+    """What ``xla_run.run_xla`` calls the prepared model with (its ``run``) to capture that run:
     every module call's inputs and outputs stay as lazy tensors. Either the run's one execution
     computes them with its outputs (:meth:`capture` then copies them to the CPU), or, passed as
     ``run_xla``'s ``replayed``, they go into the rounded replay's program instead, and
@@ -200,8 +129,6 @@ class Recorder:
     def device_values(self, device: Any) -> list[Any]:
         """The distinct tensors of the recorded calls on ``device``, in order of first appearance:
         what the replayed program returns after the outputs."""
-        import torch
-
         if self.calls is None:
             raise ParityError("Recorder.device_values: the recorder has not run a model")
         device = torch.device(device)
@@ -292,16 +219,16 @@ class Recorder:
         return self._made(outputs, dtype, device)
 
     def _made(self, outputs: list[tuple[str, Any]], dtype: Any, device: Any) -> Capture:
-        import torch_xla
+        import torch_xla  # deferred: recording on the CPU (a reference's calls) never imports torch_xla
 
         calls, self.calls = self.calls, None
         info = {"torch_xla": torch_xla.__version__}
         return Capture(calls, dict(outputs), str(dtype).removeprefix("torch.") if dtype else "input dtypes",
-                       str(torch_xla.device() if device is None else device), info)
+                       str(torch_xla.device() if device is None else device), info, device_type=_device.current())
 
 
 class BlockValues:
-    """What ``runners.run_xla`` calls the prepared model with, as its ``replayed``, when only the
+    """What ``xla_run.run_xla`` calls the prepared model with, as its ``replayed``, when only the
     values between a model's repeated blocks are wanted (verify without localisation): the
     first block's first tensor input and each block's first tensor output, kept as lazy tensors
     (not copies: any value of the program is an exact cut). They become extra results of the
@@ -314,16 +241,14 @@ class BlockValues:
         self.cuts: list[int] = []
 
     def __call__(self, stage: str, model: Any, args: tuple, kwargs: dict) -> Any:
-        import torch
-
         if not isinstance(model, torch.nn.Module):
-            return runners.call(stage, model, args, kwargs)
+            return call(stage, model, args, kwargs)
         modules = dict(model.named_modules())
         kept: dict[int, Any] = {}
         done: set[str] = set()
 
         def keep(tree: Any) -> None:
-            leaves = runners.tensor_leaves(tree)
+            leaves = tensor_leaves(tree)
             if leaves:
                 kept.setdefault(id(leaves[0][1]), leaves[0][1])
 
@@ -345,7 +270,7 @@ class BlockValues:
             handles.append(modules[blocks[0]].register_forward_pre_hook(before(blocks[0]), with_kwargs=True))
             handles += [modules[p].register_forward_hook(after(p), with_kwargs=True) for p in blocks]
         try:
-            return runners.call(stage, model, args, kwargs)
+            return call(stage, model, args, kwargs)
         finally:
             for h in handles:
                 h.remove()
@@ -354,8 +279,6 @@ class BlockValues:
     def device_values(self, device: Any) -> list[Any]:
         """The kept tensors on ``device``: what the replayed program returns after the outputs,
         every one a cut."""
-        import torch
-
         device = torch.device(device)
         on_device = [t for t in self._values if t.device == device]
         self.cuts = list(range(len(on_device)))
@@ -390,113 +313,3 @@ class _Pending(NamedTuple):
     index: int
 
 
-def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, seed: int = 0,
-            device: Any = None) -> Capture:
-    """Runs ``model`` on XLA (``device``, default ``torch_xla.device()``) in ``dtype`` with hooks
-    on every submodule and returns the per-module capture (tensors on the CPU, one sync). What
-    the model raises propagates as a ``runners.UserFailure`` naming the stage.
-
-    Example:
-        >>> import torch
-        >>> from torch_xla_ext import parity
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
-        >>> x = torch.randn(2, 16)
-        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
-        'xla_run.safetensors'
-    """
-    _versions.require("parity.xla")  # before torch_xla is imported here
-    import torch
-    import torch_xla
-
-    if not isinstance(model, torch.nn.Module):
-        raise ParityTypeError(f"model: per-module localisation needs an nn.Module, got {type(model).__name__}")
-    inputs, kwargs = check_inputs(inputs, kwargs)
-    tdtype = runners.torch_dtype(dtype)
-    device = torch_xla.device() if device is None else device
-    recorder = Recorder()
-    with runners.user_rng_preserved():
-        run = runners.run_xla(model, inputs, kwargs, tdtype, seed, False, run=recorder, device=device,
-                              stage="XLA capture")
-    cap = recorder.capture(run.outputs, tdtype, device)
-    cap.info["model"] = type(model).__name__
-    del run
-    runners.release_freed_memory()  # the device model and buffers, before the caller's next stage
-    return cap
-
-
-def load_capture(path: str | os.PathLike) -> Capture:
-    """Reads a file written by :meth:`Capture.save`, checking its metadata and every entry.
-
-    Example:
-        >>> import torch
-        >>> from torch_xla_ext import parity
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
-        >>> x = torch.randn(2, 16)
-        >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
-        'xla_run.safetensors'
-        >>> cap = load_capture("xla_run.safetensors")
-        >>> type(cap).__name__
-        'Capture'
-    """
-    from safetensors import SafetensorError, safe_open
-
-    if not isinstance(path, (str, os.PathLike)):
-        raise ParityTypeError(f"path: expected a file path, got {type(path).__name__}")
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise CaptureNotFoundError(f"{path}: no such capture file")
-    try:
-        with safe_open(path, framework="pt") as f:
-            raw = f.metadata() or {}
-            keys = set(f.keys())
-            meta = _capture_metadata(raw, path)
-
-            def get(key: str) -> Any:
-                if key not in keys:
-                    raise CaptureError(f"{path}: entry {key!r} is listed in the metadata but not stored")
-                return f.get_tensor(key)
-
-            calls = [ModuleCall(c.path, c.call, c.depth, {p: get(f"{i}/in{p}") for p in c.inputs},
-                                {p: get(f"{i}/out{p}") for p in c.outputs}) for i, c in enumerate(meta.calls)]
-            outputs = {p: get(f"outputs{p}") for p in meta.outputs}
-    except SafetensorError as e:
-        raise CaptureError(f"{path}: not a readable safetensors file ({e})") from None
-    info = {k.removeprefix("info."): v for k, v in raw.items() if k.startswith("info.")}
-    return Capture(calls, outputs, meta.dtype, meta.device, info)
-
-
-@dataclasses.dataclass
-class _CallRecord:
-    """One entry of the metadata's ``calls`` list (what :meth:`Capture.save` writes)."""
-
-    path: str
-    call: int
-    depth: int
-    inputs: list[str]
-    outputs: list[str]
-
-
-@dataclasses.dataclass
-class _CaptureMetadata:
-    """The safetensors metadata of a capture: its schema (``calls`` and ``outputs`` are JSON text)."""
-
-    format: Literal[FORMAT]
-    calls: list[_CallRecord]
-    outputs: list[str]
-    dtype: str = "input dtypes"
-    device: str = "?"
-
-
-def _capture_metadata(raw: dict[str, str], path: str) -> _CaptureMetadata:
-    """The metadata validated against :class:`_CaptureMetadata` (pydantic); a CaptureError names the field."""
-    from torch_xla_ext import _validation
-
-    data: dict[str, Any] = dict(raw)
-    for key in ("calls", "outputs"):
-        if key in data:
-            try:
-                data[key] = json.loads(data[key])
-            except json.JSONDecodeError as e:
-                raise CaptureError(f"{path}: metadata '{key}' is not JSON ({e})") from None
-    # Lax: the counts were written as ints, but a hand-made file's "3" is read as 3 (as int() did).
-    return _validation.validate(_CaptureMetadata, data, CaptureError, f"{path}: metadata", strict=False)

@@ -51,12 +51,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from torch_xla_ext import _dtypes, _json
-from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
-from torch_xla_ext.parity.replays import Replay
-from torch_xla_ext.parity.stablehlo import Program, functions, parse
 
-__all__ = ["ADAPTER_DIALECTS", "explorer_module_text", "node_ids", "open_command", "thresholds",
+from torch_xla_ext import _dtypes, _json
+from torch_xla_ext._compat import mhlo as _mhlo
+from torch_xla_ext._compat.hlo_debug import NEEDS, NO_MODULE
+from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
+from torch_xla_ext.parity.pipeline import Stage
+from torch_xla_ext.parity.program.mlir import ir
+from torch_xla_ext.parity.program.replay import Replay
+from torch_xla_ext.parity.program.stablehlo import Program, functions, location_name, parse
+from torch_xla_ext.parity.record import RunRecord
+
+__all__ = ["ADAPTER_DIALECTS", "STAGE", "explorer_module_text", "node_ids", "open_command", "thresholds",
            "write_model_explorer"]
 
 PROGRAM_FILE = "program.mlir"
@@ -98,8 +104,6 @@ def explorer_module_text(text: str, module_paths: dict[str, str] | None = None) 
         >>> "mhlo." in explorer_module_text(text)
         False
     """
-    from jax.extend.mlir import ir
-
     ctx, module = parse(text, "the program")
     with ctx, ir.Location.unknown():
         mhlo_ops: list[Any] = []
@@ -129,8 +133,6 @@ def explorer_module_text(text: str, module_paths: dict[str, str] | None = None) 
                 old.replace_all_uses_with(repl)
             op.erase()
         if leftover:
-            from torch_xla_ext._compat import mhlo as _mhlo
-
             try:
                 _mhlo.legalize_to_stablehlo(module)
             except ir.MLIRError as e:
@@ -165,10 +167,6 @@ def _module_locations(text: str, module_paths: dict[str, str]) -> str:
 def _name_ops(op: Any, module_paths: dict[str, str]) -> None:
     """Each op's HLO instruction name (its location) as its ``hlo.instruction`` attribute; with
     ``module_paths``, its module path as ``module.path`` and as its location (unknown without one)."""
-    from jax.extend.mlir import ir
-
-    from torch_xla_ext.parity.stablehlo import location_name
-
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
@@ -207,8 +205,6 @@ def node_ids(text: str) -> dict[str, list[str]]:
         >>> node_ids(text)["main"]                  # the multiply, then the return
         ['0', '1']
     """
-    from jax.extend.mlir import ir
-
     ctx, module = parse(text, "the program")
     out: dict[str, list[str]] = {}
     with ctx:
@@ -345,14 +341,10 @@ def write_model_explorer(program: Program, graph_args: Sequence[Any], directory:
 def _module_table(text: str, module_paths: dict[str, str] | None) -> dict[str, Any]:
     """``module_paths.json``: node id -> module path of main's top-level ops that have one, or why
     there are none."""
-    from torch_xla_ext._compat.hlo_debug import NEEDS, NO_MODULE
-
     if module_paths is None:
         return {"available": False, "note": NEEDS, "paths": {}}
     if not module_paths:
         return {"available": False, "note": NO_MODULE, "paths": {}}
-    from jax.extend.mlir import ir
-
     ctx, module = parse(text, "the program")
     paths = {}
     with ctx:
@@ -361,3 +353,20 @@ def _module_table(text: str, module_paths: dict[str, str] | None) -> dict[str, A
             if MODULE_ATTR in op.operation.attributes:
                 paths[node_id] = ir.StringAttr(op.operation.attributes[MODULE_ATTR]).value
     return {"available": True, "note": None, "paths": paths}
+
+
+def _write(record: RunRecord) -> None:
+    """The explorer stage: the XLA run's program (the replays' parse of it, or its own) and its
+    per-op error, into the request's ``explorer_dir``."""
+    run = record.xla.program
+    replayed = record.replayed
+    program = replayed.program if replayed is not None else None
+    if program is None and run is not None and run.proto is not None and not record.request.emulate:
+        program = Program.from_hlo_proto(run.proto)
+    if program is None:
+        why = replayed.status if replayed is not None else (run.error if run is not None else "no program")
+        raise ReplayError(f"explorer_dir: no program to write ({why.removeprefix('unavailable: ')})")
+    write_model_explorer(program, run.args, record.request.explorer_dir, record.xla.module_paths)
+
+
+STAGE = Stage("Model Explorer", _write, "model explorer")

@@ -1,6 +1,6 @@
 """A parity report as one self-contained HTML page (no network, opens from disk).
 
-The page is the report's document (:mod:`torch_xla_ext.parity.document`): the verdict and its
+The page is the report's document (the one ``report.document`` holds): the verdict and its
 lead sentence at the top, then the sections (outputs, rounding, per layer/module, figures) as
 tables, with the rows a localisation marks (first divergent, diverges) highlighted. Same CSP
 and stylesheet as the graph-breaks page (``torch_xla_ext/_html.py``); rendered with Jinja2 with
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
+from torch_xla_ext import _html
 from torch_xla_ext._html import CSP, CSS
-from torch_xla_ext.parity import document
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
 from torch_xla_ext.parity.report import ParityReport, Verdict
 
@@ -68,8 +68,6 @@ def render_html(report: ParityReport, title: str = "torch_xla parity") -> str:
         >>> "<h2>Outputs</h2>" in render_html(report)
         True
     """
-    from torch_xla_ext import _html
-
     if not isinstance(report, ParityReport):
         raise ParityTypeError(f"report: expected a ParityReport, got {type(report).__name__}")
     # Autoescape: report text (module and output names, exception messages) never becomes markup; the
@@ -77,8 +75,8 @@ def render_html(report: ParityReport, title: str = "torch_xla parity") -> str:
     env = _html.environment()
     verdict = report.verdict.value if isinstance(report.verdict, Verdict) else str(report.verdict)
     return env.from_string(_TEMPLATE).render(
-        csp=CSP, css=CSS, title=title, verdict=verdict, dtype=report.dtype, lead=document.lead(report),
-        sections=document.sections(report))
+        csp=CSP, css=CSS, title=title, verdict=verdict, dtype=report.dtype, lead=report.summary,
+        sections=report.document.sections if report.document is not None else ())
 
 
 def write_html(path: str, report: ParityReport, title: str = "torch_xla parity") -> str:

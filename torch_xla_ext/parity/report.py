@@ -1,27 +1,54 @@
-"""The report types of parity: the verdict, per-output, per-layer and per-module findings.
+"""The outcome of a parity run, as data: the verdict, per-output, per-layer and per-module figures,
+the rules the replays applied, and the document (lead sentence and sections) the explanation stage
+wrote from those figures.
 
-``str(report)``, ``report.to_markdown()``, ``report.to_dict()`` (``summary`` and ``sections``
-next to every figure) and :mod:`torch_xla_ext.parity.html` render the same document
-(:mod:`torch_xla_ext.parity.document`): one lead sentence, then structured sections."""
+Nothing here words or renders a report: the explanation stage (:mod:`.stages.explanation`) builds
+it, and the renderings read it: ``str(report)`` and ``report.to_markdown()`` lay out the document
+it holds (:mod:`.document`), ``report.to_dict()`` / ``to_json()`` give every figure with the
+document's ``summary`` and ``sections``, :mod:`.html` makes a page of it, :mod:`.plot` a picture of
+its per-module errors.
+
+Example:
+    >>> import torch
+    >>> from torch_xla_ext import parity
+    >>> report = parity.verify(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dtype="fp32")
+    >>> report.verdict, report.rules
+    (<Verdict.PASS: 'PASS'>, 'xla-cpu')
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any
 
 from torch_xla_ext import _device, _json, numerics
-from torch_xla_ext.parity.stablehlo import RoundingPoint
-from torch_xla_ext.parity.verdicts import (  # noqa: F401 - report's names too
-    CAUSES,
-    REAL_DIFFERENCE,
-    REASSOCIATION,
-    ROUNDING_PLACEMENT,
-    UNEXPLAINED,
-    Verdict,
-)
+from torch_xla_ext.parity.document import Document
+from torch_xla_ext.parity.program.stablehlo import RoundingPoint
 
-__all__ = ["CAUSES", "LayerParity", "ModuleParity", "OutputParity", "ParityReport", "Verdict"]
+__all__ = ["CAUSES", "MATMUL_PRECISION", "REAL_DIFFERENCE", "REASSOCIATION", "ROUNDING_PLACEMENT", "UNEXPLAINED",
+           "LayerParity", "ModuleParity", "OutputParity", "ParityReport", "Verdict"]
+
+# What explains an output's difference from CPU eager (None: there is none, bit for bit).
+ROUNDING_PLACEMENT = "rounding placement"
+MATMUL_PRECISION = "matmul precision"  # the device's precision for f32 dots and convolutions
+REASSOCIATION = "reassociation"
+REAL_DIFFERENCE = "real difference"
+UNEXPLAINED = "unexplained"  # the replays were unavailable, so no cause is established
+CAUSES = (ROUNDING_PLACEMENT, MATMUL_PRECISION, REASSOCIATION, REAL_DIFFERENCE, UNEXPLAINED)
+
+
+class Verdict(str, enum.Enum):
+    """The outcome, in the manner of pytorch/xla's benchmarks verifier."""
+
+    PASS = "PASS"  # XLA matches CPU eager within the tolerances.
+    FAIL = "FAIL"  # It does not; the explanation says which cause accounts for it.
+    NONDETERMINISTIC_REFERENCE = "NONDETERMINISTIC_REFERENCE"  # two CPU runs disagree.
+    EXCEPTION = "EXCEPTION"  # the user's function raised on a backend; nothing was compared.
+
+    def __str__(self) -> str:
+        return self.value
 
 
 def _finite(v: Any) -> Any:
@@ -32,13 +59,22 @@ def _finite(v: Any) -> Any:
 class OutputParity:
     """One floating-point output, named by its pytree path (``.logits``, ``[0]``).
 
-    Errors are against the fp64 golden: greatest and mean absolute error. ``emulated`` compares
-    XLA with the rounded replay exactly (rtol = atol = 0); ``unrounded`` the exact replay with
-    the golden; None when the replays did not run. ``scale`` is the golden's greatest magnitude;
-    ``max_diff_to_scale`` the greatest XLA-vs-CPU difference divided by it, and
-    ``max_ulp_magnitude`` the magnitude of the element with the greatest ULP distance (near zero,
-    large ULP counts are small differences). ``significant`` compares only the elements above
-    1e-3 of the scale. ``cause`` is one of ``CAUSES`` (None when XLA equals CPU bit for bit).
+    Errors are against the fp64 golden: greatest and mean absolute error. ``scale`` is the
+    golden's greatest magnitude; ``max_diff_to_scale`` the greatest XLA-vs-CPU difference divided
+    by it, and ``max_ulp_magnitude`` the magnitude of the element with the greatest ULP distance
+    (near zero, large ULP counts are small differences). ``significant`` compares only the
+    elements above 1e-3 of the scale.
+
+    The replays (None when they did not run): ``emulated`` compares XLA with the rounded replay
+    exactly (the bit-equality figure); ``replay_distance`` is their greatest difference,
+    ``run_rounding`` and ``replay_rounding`` XLA's and the rounded replay's own greatest differences
+    from the program's exact math (the unrounded replay), ``replay_bound`` what evaluation order
+    may change between two XLA builds (2 x the smaller of those two, + one reordered sum of the
+    program's longest reduction at the output's scale; docs/parity.md), and
+    ``reproduced`` whether the run is within it. ``unrounded`` compares the exact replay with the
+    golden. ``xla_cpu_reproduced``: under another device's rules that round matmul operands,
+    whether the replay with XLA:CPU's own rules reproduces the run too (None: not asked).
+    ``cause`` is one of ``CAUSES`` (None when XLA equals CPU bit for bit).
     """
 
     path: str
@@ -58,6 +94,12 @@ class OutputParity:
     unrounded_error: float | None = None
     same_math: bool | None = None
     cause: str | None = None
+    replay_distance: float | None = None
+    run_rounding: float | None = None
+    replay_rounding: float | None = None
+    replay_bound: float | None = None
+    reproduced: bool | None = None
+    xla_cpu_reproduced: bool | None = None
 
     @property
     def bit_identical(self) -> bool:
@@ -66,7 +108,9 @@ class OutputParity:
 
     def to_dict(self) -> dict[str, Any]:
         keys = ("path", "xla_error", "cpu_error", "xla_mean_error", "cpu_mean_error", "closer", "scale",
-                "max_diff_to_scale", "max_ulp_magnitude", "emulated_error", "unrounded_error", "same_math", "cause")
+                "max_diff_to_scale", "max_ulp_magnitude", "emulated_error", "unrounded_error", "same_math", "cause",
+                "replay_distance", "run_rounding", "replay_rounding", "replay_bound", "reproduced",
+                "xla_cpu_reproduced")
         d = {k: _finite(getattr(self, k)) for k in keys}
         for k in ("xla_vs_cpu", "significant", "emulated", "unrounded"):
             v = getattr(self, k)
@@ -76,11 +120,9 @@ class OutputParity:
 
 @dataclasses.dataclass(frozen=True)
 class LayerParity:
-    """One layer of a scanned stack: scan vs the Python loop on XLA (exact), XLA (scan) vs CPU
-    eager (with the tolerances), and both against the fp64 golden. ``cause``: "rounding
-    placement" (bit-identical to the per-layer rounded replay of the scan's program, whose exact
-    replay matches the golden), "reassociation" (same math, XLA as accurate as CPU eager),
-    "real difference", or "unexplained" (no replay)."""
+    """One layer of a scanned stack: scan vs the Python loop on XLA (with the tolerances), XLA
+    (scan) vs CPU eager (with the tolerances), and both against the fp64 golden. ``cause`` as an
+    output's, from the per-layer replays of the scan's program."""
 
     index: int
     scan_vs_loop: numerics.CompareReport
@@ -91,7 +133,7 @@ class LayerParity:
 
     @property
     def rounding_explained(self) -> bool:
-        return self.cause in (ROUNDING_PLACEMENT, REASSOCIATION)
+        return self.cause in (ROUNDING_PLACEMENT, MATMUL_PRECISION, REASSOCIATION)
 
     @property
     def diverges(self) -> bool:
@@ -117,10 +159,11 @@ class ModuleParity:
     vs the golden's (what earlier modules passed on); ``own_error``: XLA's output vs the
     reference module in fp64 run on the inputs XLA's module received (the shadow of torch.ao.ns:
     the module's own contribution); ``cpu_rounding``: CPU eager's error for the same module on
-    the same inputs (what rounding in the dtype costs); ``rounding_level``: that, at least a floor
-    of units of roundoff of ``scale`` (the shadow's RMS). ``own_to_rounding`` is the one figure
-    the rule, the table and the explanation read: ``diverges`` when it exceeds ``threshold``
-    (``localization.divergence_factor(dtype)``).
+    the same inputs (what rounding in the dtype costs; under another device's matmul precision,
+    with its operands rounded as that device rounds them); ``rounding_level``: that, at least a
+    floor of units of roundoff of ``scale`` (the shadow's RMS). ``own_to_rounding`` is the one
+    figure the rule, the table and the explanation read: ``diverges`` when it exceeds
+    ``threshold``.
     """
 
     path: str
@@ -160,15 +203,19 @@ class ParityReport:
     """The outcome of :func:`verify`, :func:`scan_layers`, :func:`localize` or
     :func:`compare_capture`.
 
-    ``emulation`` is "matches" when XLA equals the rounded replay bit for bit on every output,
-    "differs" when it does not, or "unavailable: <why>". ``hlo_math`` is "same" when the exact
-    replay matches the fp64 golden (the program computes the reference's math), "differs",
-    or "unavailable"; ``unrounded_replay`` is the float that replay computed in: "f64", or "f32"
-    for a program that rounds to bf16/f16 and whose f32 replay matched the golden (an f32 replay
-    off the golden is confirmed in f64). ``rounding_points`` are the ops where XLA stores a bf16/f16 result; those
-    with ``after`` set round twice in a row. ``modules`` is the per-module localisation (when
-    asked for), ``first_divergent_module`` its first module whose own error is beyond rounding.
-    ``seconds`` times each stage.
+    ``emulation`` is the bit-equality figure: "matches" when XLA equals the rounded replay bit for
+    bit on every output, "differs" when it does not, or "unavailable: <why>". ``reproduced`` is
+    what causes rest on: whether XLA equals its rounded replay within the bound evaluation order
+    allows on every output (None without replays). ``hlo_math`` is "same" when the exact replay
+    matches the fp64 golden (the program computes the reference's math), "differs", or
+    "unavailable"; ``unrounded_replay`` is the float that replay computed in: "f64", or "f32" for a
+    program that rounds to bf16/f16 and whose f32 replay matched the golden. ``rules`` are the
+    device rules the rounded replay applied ("xla-cpu", "tpu-default", "tpu-high", "tpu-highest",
+    "gpu-tf32", or "per dot: ..." when read per dot) and ``rules_source`` why ("given", or what
+    they were read from). ``rounding_points`` are the ops where XLA stores a bf16/f16 result;
+    those with ``after`` set round twice in a row. ``modules`` is the per-module localisation
+    (when asked for), ``first_divergent_module`` its first module whose own error is beyond
+    rounding. ``seconds`` times each stage. ``document`` is the lead sentence and sections.
     """
 
     verdict: Verdict
@@ -193,6 +240,10 @@ class ParityReport:
     unrounded_replay: str | None = None
     # The XLA device the run used (made where the report is made, in the process that ran XLA).
     device: str = dataclasses.field(default_factory=lambda: _device.current())
+    reproduced: bool | None = None
+    rules: str = "xla-cpu"
+    rules_source: str = "given"
+    document: Document | None = dataclasses.field(default=None, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -203,11 +254,17 @@ class ParityReport:
         """Each output's cause by path."""
         return {o.path: o.cause for o in self.outputs}
 
+    @property
+    def summary(self) -> str:
+        """The lead sentence (verdict, cause, what to do)."""
+        return self.document.lead if self.document is not None else self.explanation.split(". ")[0]
+
     def to_dict(self) -> dict[str, Any]:
         d = {
             "verdict": self.verdict.value, "device": self.device, "explanation": self.explanation, "dtype": self.dtype,
-            "rtol": self.rtol, "atol": self.atol, "emulation": self.emulation, "hlo_math": self.hlo_math,
-            "unrounded_replay": self.unrounded_replay,
+            "rtol": self.rtol, "atol": self.atol, "emulation": self.emulation, "reproduced": self.reproduced,
+            "hlo_math": self.hlo_math, "unrounded_replay": self.unrounded_replay,
+            "rules": self.rules, "rules_source": self.rules_source,
             "outputs": [o.to_dict() for o in self.outputs],
             "rounding_points": [dataclasses.asdict(p) for p in self.rounding_points],
             "exception": self.exception, "stage": self.stage,
@@ -217,14 +274,12 @@ class ParityReport:
             "modules": [m.to_dict() for m in self.modules],
             "first_divergent_module": self.first_divergent_module,
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+            # The lead sentence and the sections as the text, Markdown and HTML renderings show them.
+            "summary": self.summary,
+            "sections": [s.to_dict() for s in self.document.sections] if self.document is not None else [],
         }
         if self.nondeterminism:
             d["nondeterminism"] = {"path": self.nondeterminism[0], "report": self.nondeterminism[1].to_dict()}
-        from torch_xla_ext.parity import document
-
-        # The lead sentence and the sections as the text, Markdown and HTML renderings show them.
-        d["summary"] = document.lead(self)
-        d["sections"] = [sec.to_dict() for sec in document.sections(self)]
         return d
 
     def to_json(self, **kwargs: Any) -> str:
@@ -248,13 +303,13 @@ class ParityReport:
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
-        """The report as Markdown: the lead sentence (verdict, cause, what to do), then the
-        sections outputs, rounding, per layer/module, figures (:mod:`torch_xla_ext.parity.document`)."""
-        from torch_xla_ext.parity import document
-
-        return document.to_markdown(self)
+        """The report as Markdown: a title with the verdict, the lead sentence, then the sections
+        outputs, rounding, per layer/module, figures."""
+        return self._document().markdown(f"Parity: {self.verdict.value} ({self.dtype})")
 
     def __str__(self) -> str:
-        from torch_xla_ext.parity import document
+        return self._document().text(f"Parity verdict: {self.verdict.value} ({self.dtype}) on XLA:{self.device}")
 
-        return document.to_text(self)
+    def _document(self) -> Document:
+        # A report made by hand (no explanation stage) is its explanation, unsectioned.
+        return self.document if self.document is not None else Document(self.explanation)

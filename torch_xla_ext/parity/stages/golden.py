@@ -1,6 +1,18 @@
-"""The localisation's golden copy of the reference: its weights held in the run's dtype and read
-wider by every op (float64 for the golden, float32 for a narrow run's exact shadows), and swapped
-for the run's own for a CPU shadow (:mod:`.localization`)."""
+"""Stage 2, the fp64 golden: the reference in float64 from the inputs and parameters both sides
+received (rounded to the run's dtype), so its error measures each side's arithmetic, not the
+shared input quantisation; inside it a model's own narrowing stays float64 (:mod:`..widening`).
+
+Plain (:data:`PLAIN`), it is one more CPU run. With localize, the localisation's golden run is the
+golden (:mod:`.localization`): its copy of the reference (:class:`GoldenWeights`) holds the weights
+in the run's dtype, every op reading them wider (float64 for the golden, float32 for a narrow
+run's exact shadows), and swaps in the run's own for a CPU shadow.
+
+Example:
+    >>> import torch
+    >>> golden = GoldenWeights(torch.nn.Linear(2, 2), torch.bfloat16)
+    >>> golden.model.weight.dtype, golden.model.weight.stored.dtype   # read as float64, held in bf16
+    (torch.float64, torch.bfloat16)
+"""
 
 from __future__ import annotations
 
@@ -9,19 +21,32 @@ import sys
 from collections import OrderedDict
 from typing import Any
 
-from torch_xla_ext._compat import storage
-from torch_xla_ext.parity import runners
+import torch
 
-__all__ = ["GoldenWeights", "widened_class"]
+from torch_xla_ext._compat import dispatch, storage
+from torch_xla_ext._compat.pytree import tree_map
+from torch_xla_ext.parity.casts import cast_on_cpu, prepare
+from torch_xla_ext.parity.pipeline import Stage
+from torch_xla_ext.parity.record import RunRecord
+from torch_xla_ext.parity.cpu import run_cpu
+
+__all__ = ["PLAIN", "GoldenWeights", "plain_golden", "widened_class"]
+
+
+def plain_golden(record: RunRecord) -> None:
+    """The golden as one plain fp64 CPU run of the reference (without localisation, or when the
+    localisation's shadows failed)."""
+    r = record.request
+    record.golden, record.seconds["golden"] = run_cpu(r.reference, r.inputs, r.kwargs, torch.float64, r.seed,
+                                                      via=r.dtype, stage="fp64 golden")
+
+
+PLAIN = Stage("fp64 golden", plain_golden, release="trim")
 
 
 def widened_class(dtype: Any = None):
     """``_Widened``: a tensor stored in a narrower float that every op sees as ``dtype`` (default
     float64), one class (and one cache) per dtype, made once."""
-    import torch
-    from torch_xla_ext._compat import dispatch
-    from torch_xla_ext._compat.pytree import tree_map
-
     dtype = torch.float64 if dtype is None else dtype
     if dtype in _WIDENED:
         return _WIDENED[dtype]
@@ -113,7 +138,7 @@ class GoldenWeights:
     """The fp64 golden's copy of the reference, whose modules also run as the CPU shadow in the
     run's dtype.
 
-    With a run dtype, the copy is the reference cast to that dtype exactly as ``runners.prepare``
+    With a run dtype, the copy is the reference cast to that dtype exactly as ``casts.prepare``
     casts it for a CPU eager run (W/2 for bf16), each floating parameter wrapped so that every op
     reads it in float64 (``_Widened``: the golden's float64 weights, value for value, without a
     float64 copy of the model: at real sizes that copy, 2W, was the localisation's peak) and each
@@ -125,19 +150,17 @@ class GoldenWeights:
     for a run in a narrow dtype, float32); :meth:`in_shadow_dtype` puts that dtype's weights in place."""
 
     def __init__(self, reference: Any, dtype: Any, shadow_dtype: Any = None):
-        import torch
-
         self.shadow_dtype = torch.float64 if dtype is None or shadow_dtype is None else shadow_dtype
         self._shadow: dict[int, Any] = {}  # id(golden tensor) -> its float32-shadow tensor
         if dtype is None:
             made: list = []
-            self.model = runners.prepare(reference, "cpu", torch.float64, made=made)
-            self._run = {id(c): torch.nn.Parameter(runners.cast_on_cpu(o, None), requires_grad=False)
-                         if isinstance(c, torch.nn.Parameter) else runners.cast_on_cpu(o, None) for c, o in made}
+            self.model = prepare(reference, "cpu", torch.float64, made=made)
+            self._run = {id(c): torch.nn.Parameter(cast_on_cpu(o, None), requires_grad=False)
+                         if isinstance(c, torch.nn.Parameter) else cast_on_cpu(o, None) for c, o in made}
             self._widened = False
             return
         widened = widened_class()
-        self.model = runners.prepare(reference, "cpu", dtype)
+        self.model = prepare(reference, "cpu", dtype)
         # The widened copies held at once: an eighth of a float64 model (W/4), and as many bytes
         # of float32 copies for the shadows of a narrow run.
         budget = sum(p.numel() for p in self.model.parameters() if p.is_floating_point())

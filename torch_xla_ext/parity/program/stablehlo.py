@@ -21,14 +21,17 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Iterator
+
 
 from torch_xla_ext import _mlir_graph, _mlir_text
 from torch_xla_ext._ext import parity as _core
-from torch_xla_ext.errors import first_line  # noqa: F401 - replays.py reads it from here
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
+from torch_xla_ext.parity.program.mlir import ir, stablehlo
 
-__all__ = ["FLOAT_TYPES", "FunctionGraph", "Program", "RoundingPoint"]
+__all__ = ["FLOAT_TYPES", "FunctionGraph", "Program", "RoundingPoint", "build_graph", "functions",
+           "location_name", "parse"]
 
 FLOAT_TYPES = ("bf16", "f16", "f32", "f64")
 
@@ -66,7 +69,7 @@ class FunctionGraph:
     value_types: list[tuple[list[int], str]]
     num_args: int
     returned: list[int]
-    analysis: dict[str, Any]
+    analysis: Any  # cc/parity's RoundingAnalysis (points, kept_unrounded)
     next_op: list[Any]  # each op's next sibling in its block (None for a terminator)
     operand_ids: list[list[int]]  # per op, its operands' value ids
     mlir_types: list[Any]  # per value id, its MLIR type before any rewrite
@@ -99,6 +102,8 @@ class Program:
 
     ``text`` is the module as jaxlib's hlo_to_stablehlo printed it (with the HLO instruction
     names as locations); each replay parses it afresh, so the analysis here is never mutated.
+    ``context`` is the MLIR context its functions' ops live in (enter it to read them);
+    ``longest_reduction`` the most terms one result element of any op sums.
     """
 
     def __init__(self, text: str, *, excess_precision: bool = True):
@@ -106,17 +111,20 @@ class Program:
             raise ParityTypeError(f"text: expected StableHLO text (str), got {type(text).__name__}")
         self.text = text
         self.excess_precision = excess_precision
-        ctx, module = parse(text, "the StableHLO module")
-        self._ctx = ctx
-        with ctx:
-            self.functions = [build_graph(f, excess_precision) for f in functions(module)]
+        # The module owns the ops the graphs hold: it lives as long as the program.
+        self.context, self._module = parse(text, "the StableHLO module")
+        with self.context:
+            self.functions = [build_graph(f, excess_precision) for f in functions(self._module)]
+            self.longest_reduction = max((_reduction_length(op) for f in self.functions for op in f.ops), default=1)
         self.op_names = sorted({op.name for f in self.functions for op in f.ops})
         self.rounding_points = tuple(self._points())
         self.num_arguments = self.main.num_args
 
     @classmethod
     def from_hlo_proto(cls, proto: bytes, **kwargs: Any) -> "Program":
-        """From a serialized HloModuleProto (torch_xla's ``_get_xla_tensors_hlo_proto``)."""
+        """From a serialized HloModuleProto (torch_xla's ``_get_xla_tensors_hlo_proto``): jaxlib's
+        ``hlo_to_stablehlo``, printed with the HLO instruction names as locations. (The one place
+        parity converts HLO to StableHLO.)"""
         if not isinstance(proto, (bytes, bytearray)):
             raise ParityTypeError(f"proto: expected a serialized HloModuleProto (bytes), got {type(proto).__name__}")
         return cls(_mlir_text.hlo_to_stablehlo_text(proto, "proto", error=ReplayError, debug_info=True), **kwargs)
@@ -130,15 +138,40 @@ class Program:
 
     def _points(self) -> Iterator[RoundingPoint]:
         for f in self.functions:
-            for p in f.analysis["points"]:
-                op = f.ops[p["op"]]
-                after = f.ops[p["after"]] if p["after"] >= 0 else None
+            for p in f.analysis.points:
+                op = f.ops[p.op]
+                after = f.ops[p.after] if p.after >= 0 else None
                 yield RoundingPoint(
-                    f.name, location_name(op.location) or f"%{p['op']}", _bare(op.name), p["element_type"],
-                    (location_name(after.location) or f"%{p['after']}") if after is not None else None,
+                    f.name, location_name(op.location) or f"%{p.op}", _bare(op.name), p.element_type,
+                    (location_name(after.location) or f"%{p.after}") if after is not None else None,
                     _bare(after.name) if after is not None else None,
-                    len(p["unrounded_uses"]),
+                    len(p.unrounded_uses),
                 )
+
+
+def _reduction_length(op: Any) -> int:
+    """How many terms one result element of ``op`` sums: a dot's contracted size, a convolution's
+    input features per group times its window, a reduce's reduced size, a reduce_window's window
+    (1 for an op that sums nothing)."""
+    name = op.name
+    if name in ("stablehlo.dot", "stablehlo.dot_general"):
+        lhs = ir.RankedTensorType(op.operands[0].type).shape
+        if name == "stablehlo.dot":
+            return int(lhs[-1])
+        dims = _mlir_graph.dot_dimensions(op.attributes["dot_dimension_numbers"])
+        return math.prod(int(lhs[d]) for d in dims.get("lhs_contracting_dimensions", []))
+    if name == "stablehlo.convolution":
+        kernel = ir.RankedTensorType(op.operands[1].type).shape
+        dims = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+        # Per output element: the kernel's input features (already per group) times its window.
+        return int(kernel[dims.kernel_input_feature_dimension]) * math.prod(
+            int(kernel[d]) for d in dims.kernel_spatial_dimensions)
+    if name == "stablehlo.reduce":
+        shape = ir.RankedTensorType(op.operands[0].type).shape
+        return math.prod(int(shape[d]) for d in ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+    if name == "stablehlo.reduce_window":
+        return math.prod(int(d) for d in ir.DenseI64ArrayAttr(op.attributes["window_dimensions"]))
+    return 1
 
 
 def _bare(name: str) -> str:

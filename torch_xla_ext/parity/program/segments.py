@@ -26,7 +26,7 @@ Example:
     ...   %3 = stablehlo.add %2, %c : tensor<4xf32>
     ...   return %3, %1 : tensor<4xf32>, tensor<4xf32>
     ... }'''
-    >>> from torch_xla_ext.parity.stablehlo import parse
+    >>> from torch_xla_ext.parity.program.stablehlo import parse
     >>> ctx, module = parse(text, "example")
     >>> with ctx:
     ...     plan = split(module, [1])          # cut at main's result 1, %1
@@ -40,7 +40,10 @@ import dataclasses
 from collections import Counter
 from typing import Any, Hashable, Sequence
 
+
 from torch_xla_ext._mlir_graph import pre_order
+from torch_xla_ext.parity.program.mlir import ir
+from torch_xla_ext.parity.program.stablehlo import functions
 
 __all__ = ["Plan", "Segment", "split"]
 
@@ -76,10 +79,6 @@ def split(module: Any, cuts: Sequence[int], min_repeats: int = 2) -> Plan | None
     when a cut cannot be made (a region that reads a value from outside its operation, a copy
     that does not verify) or when no segment program would run at least ``min_repeats`` times
     (nothing to gain). Runs inside the module's context."""
-    from jax.extend.mlir import ir
-
-    from torch_xla_ext.parity.stablehlo import functions
-
     funcs = functions(module)
     main = next((f for f in funcs if ir.StringAttr(f.attributes["sym_name"]).value == "main"), None)
     if main is None or not cuts:
@@ -220,8 +219,6 @@ def _op_text(op: Any, names: dict) -> tuple:
 def _build(ops: list, members: list[int], inputs: list, outputs: list, index: dict, others: list) -> Any:
     """A module whose ``main`` is a copy of the segment, with the constants it reads and the
     module's other functions."""
-    from jax.extend.mlir import ir
-
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
         for f in others:

@@ -1,18 +1,25 @@
-"""Argument checks every parity entry point shares (verify, localize's compare, capture)."""
+"""The arguments every parity entry point shares, checked once: a bad one raises a ParityError
+(a ValueError; ParityTypeError is also a TypeError) naming it, never a verdict.
+
+Example:
+    >>> import torch
+    >>> check_inputs(torch.ones(2), None)[0][0].shape, tolerances(None, None)
+    (torch.Size([2]), {})
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
 
-__all__ = ["check_inputs", "tolerances"]
+__all__ = ["check_callable", "check_inputs", "check_seed", "tolerances"]
 
 
 def check_inputs(inputs: Any, kwargs: Any) -> tuple[tuple, dict]:
     """(positional inputs as a tuple, keyword inputs as a dict); a ParityTypeError names the bad argument."""
-    import torch
-
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     if isinstance(inputs, list):
@@ -37,3 +44,14 @@ def tolerances(rtol: Any, atol: Any) -> dict[str, float]:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             raise ParityError(f"{name}: expected a non-negative number, got {v!r}")
     return {"rtol": float(rtol), "atol": float(atol)}
+
+
+def check_callable(value: Any, name: str) -> None:
+    """A callable or an nn.Module (``fn``, ``reference``)."""
+    if not callable(value):
+        raise ParityTypeError(f"{name}: expected a callable or an nn.Module, got {type(value).__name__}")
+
+
+def check_seed(seed: Any) -> None:
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ParityTypeError(f"seed: expected an int, got {type(seed).__name__}")

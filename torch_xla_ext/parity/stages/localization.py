@@ -1,6 +1,7 @@
-"""Localisation for any nn.Module: each submodule's own error, apart from what it inherited.
+"""Stage 5, localisation, for any nn.Module: each submodule's own error, apart from what it
+inherited.
 
-The XLA run is captured per module (:mod:`.capturing`). The reference then runs on the CPU in fp64
+The XLA run is captured per module (:mod:`..capturing`). The reference then runs on the CPU in fp64
 (the golden, from the inputs and parameters rounded to the run's dtype) with the same hooks, and
 inside each module's hook the reference module runs again on the inputs the XLA module received
 (the shadow of torch.ao.ns): exactly, which gives the module's exact output for those inputs (in
@@ -12,14 +13,16 @@ them. So, per module call (errors are root-mean-square differences over its floa
 * inherited error: XLA's inputs vs the golden's;
 * own error: XLA's output vs the exact shadow (what this module adds);
 * rounding level: CPU eager's shadow vs the exact shadow (what rounding costs in this module's own
-  ops, measured), at least ``FLOOR_ULPS`` units of roundoff of the output's RMS.
+  ops, measured), at least ``FLOOR_ULPS`` units of roundoff of the output's RMS. Under another
+  device's rules (a TPU's bf16 matmul passes) the CPU shadow's matmuls round as that device's do
+  (:mod:`..matmul_precision`), and the unit of roundoff is that precision's when it is coarser.
 
 A module diverges when own error / rounding level exceeds ``divergence_factor(dtype)``: that ratio is the
 one figure the flag, the module table and the explanation read. Calls are in completion order (a
 module after its children), so the first divergent module is the innermost one where XLA first
-leaves the reference. Both runs happen in one process (:func:`localize`, ``verify(localize=True)``) or
-in two (:func:`~torch_xla_ext.parity.capture.capture` on the XLA host, ``compare_capture`` on a
-CPU machine). Values beyond the dtype's range (the ``finfo.min`` of attention masks) are compared
+leaves the reference. Both runs happen in one process (``localize``, ``verify(localize=True)``) or
+in two (``capture`` on the XLA host, ``compare_capture`` on a CPU machine). With localize, this
+stage's golden run is the run's fp64 golden. Values beyond the dtype's range (the ``finfo.min`` of attention masks) are compared
 as the dtype's extremes.
 
 Example:
@@ -36,22 +39,29 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
-from torch_xla_ext.parity import explain as _explain
-from torch_xla_ext.parity import runners
-from torch_xla_ext.parity._golden import GoldenWeights
-from torch_xla_ext.parity._checks import check_inputs, tolerances
-from torch_xla_ext.parity._outputs import output_parity
-from torch_xla_ext.parity.capturing import Capture, ModuleCall, load_capture, record_calls
-from torch_xla_ext.parity.errors import CaptureError, ParityError, ParityTypeError
-from torch_xla_ext.parity.report import ModuleParity, ParityReport, Verdict
+import torch
 
-__all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "ModulePass", "compare", "compare_capture", "divergence_factor",
-           "module_pass", "plot_modules", "rms_error", "with_modules"]
+from torch_xla_ext.parity import memory
+from torch_xla_ext.parity.captures import Capture, ModuleCall
+from torch_xla_ext.parity.capturing import record_calls
+from torch_xla_ext.parity.casts import move
+from torch_xla_ext.parity.errors import CaptureError
+from torch_xla_ext.parity.leaves import float_leaves, tensor_leaves
+from torch_xla_ext.parity.matmul_precision import on_cpu, shadow_precision
+from torch_xla_ext.parity.pipeline import Stage
+from torch_xla_ext.parity.program.rules import XLA_CPU, Rules, resolve
+from torch_xla_ext.parity.record import ModulePass, RunRecord
+from torch_xla_ext.parity.report import ModuleParity
+from torch_xla_ext.parity.stages import xla_run
+from torch_xla_ext.parity.stages.golden import GoldenWeights, plain_golden
+from torch_xla_ext.parity.user_code import UserFailure, call, user_rng_preserved
+from torch_xla_ext.parity.widening import default_dtype, narrowing, widened
+
+__all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "STAGE", "divergence", "divergence_factor", "module_pass", "rms_error"]
 
 # The rule: own error (RMS) > factor x rounding level, the rounding level being CPU eager's RMS
 # error for the same module on the same inputs, at least FLOOR_ULPS units of roundoff
@@ -70,8 +80,6 @@ LARGE_OUTPUT = 1 << 20  # elements of a module call's outputs (8 MB in float64) 
 
 def _narrow(dtype: Any) -> bool:
     """Whether a run in ``dtype`` (None: the inputs' own) rounds coarser than float32 (bf16, f16)."""
-    import torch
-
     return torch.finfo(dtype or torch.float32).eps > torch.finfo(torch.float32).eps
 
 
@@ -80,11 +88,17 @@ def divergence_factor(dtype: Any) -> float:
     return DIVERGENCE_FACTORS["narrow" if _narrow(dtype) else "wide"]
 
 
+def effective_eps(dtype: Any, rules: Rules = XLA_CPU) -> float:
+    """The machine epsilon a run's roundings are made of: its dtype's, or, when the rules' matmul
+    precision is coarser (a TPU's bf16 passes in an f32 run), that precision's (2^(1-bits))."""
+    eps = float(torch.finfo(dtype or torch.float32).eps)
+    precision = shadow_precision(rules)
+    return max(eps, 2.0 ** (1 - precision.bits)) if precision.rounds else eps
+
+
 def _substitute(tree: Any, path: str, mapping: dict[str, Any], convert: Any) -> Any:
     """``tree`` with the tensors at the paths of ``mapping`` replaced (converted), following the
-    containers ``runners.tensor_leaves`` names (tuples, lists, dicts, named tuples)."""
-    import torch
-
+    containers ``leaves.tensor_leaves`` names (tuples, lists, dicts, named tuples)."""
     if isinstance(tree, torch.Tensor):
         return convert(mapping[path]) if path in mapping else tree
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
@@ -99,8 +113,6 @@ def _substitute(tree: Any, path: str, mapping: dict[str, Any], convert: Any) -> 
 def _flat(leaves: dict[str, Any], limit: float, paths: list[str]) -> Any:
     """The floating-point tensors at ``paths`` as one float64 vector, clamped to ±limit: always a
     fresh tensor (never a view of a leaf), so callers may work on it in place."""
-    import torch
-
     # One copy per tensor (to(copy=True), then clamped in place): the logits of a large
     # vocabulary are tens of MB in f64, and every comparison makes several such vectors.
     parts = [leaves[p].detach().to(torch.float64, copy=True).clamp_(-limit, limit).reshape(-1) for p in paths]
@@ -112,8 +124,6 @@ def _flat(leaves: dict[str, Any], limit: float, paths: list[str]) -> Any:
 def _flat_read(leaves: dict[str, Any], limit: float, paths: list[str]) -> Any:
     """:func:`_flat` for reading only: one float64 tensor already within ±limit (a module's fp64
     output) is returned as a view, not copied; clamping would not change a value of it."""
-    import torch
-
     if len(paths) == 1:
         t = leaves[paths[0]].detach()
         if t.dtype == torch.float64 and t.is_contiguous():
@@ -143,8 +153,6 @@ def _common_paths(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 def rms_error(a: dict[str, Any], b: dict[str, Any], limit: float) -> float:
     """Root mean square of a - b over the floating-point tensors both name (values clamped to
     ±limit; NaN on both sides agrees, NaN on one side is an infinite error)."""
-    import torch
-
     paths = _common_paths(a, b)
     if not paths:
         return 0.0
@@ -179,8 +187,6 @@ def divergence(own: float, cpu_rounding: float, scale: float, eps: float) -> tup
 def _same_values(xla: dict[str, Any], golden: dict[str, Any]) -> bool:
     """Whether a call's XLA inputs are the golden's, value for value (floats compared in float64;
     a NaN anywhere counts as different)."""
-    import torch
-
     if xla.keys() != golden.keys():
         return False
     for p, x in xla.items():
@@ -193,43 +199,33 @@ def _same_values(xla: dict[str, Any], golden: dict[str, Any]) -> bool:
     return True
 
 
-class ModulePass(NamedTuple):
-    """What the golden run with the per-module shadows gives: every module call's figures, the
-    first divergent one, the golden's own float outputs by path (the fp64 golden of the whole
-    run), and the seconds it took."""
-
-    modules: tuple[ModuleParity, ...]
-    first: ModuleParity | None
-    golden: list[tuple[str, Any]]
-    seconds: float
-
-
 def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed: int = 0, *,
-                consume: bool = False, eager: list[ModuleCall] | None = None) -> ModulePass:
+                consume: bool = False, eager: list[ModuleCall] | None = None, rules: Rules = XLA_CPU) -> ModulePass:
     """The fp64 golden run of ``reference`` with the shadows of every module call compared with
     the capture's (the module docstring's rule). With ``consume``, each module call's tensors are
     dropped from ``cap`` (and ``eager``) once compared (``cap`` keeps only its final outputs).
     ``eager``: CPU eager's own module calls in the run's dtype (``record_calls``; the list is
     emptied); where a call's XLA inputs are both the golden's and CPU eager's, CPU eager's output
     is its CPU shadow and its golden call its exact shadow, so neither runs again (the model and
-    its outermost blocks, fed token ids). ``inputs`` and ``kwargs`` are checked by the caller (``check_inputs``)."""
-    import torch
-
+    its outermost blocks, fed token ids). ``inputs`` and ``kwargs`` are checked by the caller (``check_inputs``).
+    ``rules``: the device whose matmul precision the run had (:mod:`..program.rules`); under rules
+    that round f32 matmuls, the CPU shadow computes its matmuls at that precision and the rounding
+    floor is that precision's unit roundoff (CPU eager's own calls, which did not, stand in for none)."""
     tdtype = cap.run_dtype
     limit = float(torch.finfo(tdtype or torch.float32).max)
-    eps = float(torch.finfo(tdtype or torch.float32).eps)
-    factor = divergence_factor(tdtype)
+    eps = effective_eps(tdtype, rules)
+    factor = DIVERGENCE_FACTORS["narrow" if eps > float(torch.finfo(torch.float32).eps) else "wide"]
     xla_calls = {(c.path, c.call): c for c in cap.calls}
     # Only a call whose XLA inputs are CPU eager's can stand in for a CPU shadow: the others'
     # tensors go before the golden's model is made.
-    eager_calls = {(c.path, c.call): c for c in eager or ()
-                   if (c.path, c.call) in xla_calls and _same_values(xla_calls[(c.path, c.call)].inputs, c.inputs)}
+    eager_calls = {(c.path, c.call): c for c in eager or () if not shadow_precision(rules).rounds
+                   and (c.path, c.call) in xla_calls and _same_values(xla_calls[(c.path, c.call)].inputs, c.inputs)}
     if eager is not None:
         eager.clear()
     t0 = time.perf_counter()
     found: dict[tuple[str, int], dict[str, float]] = {}
 
-    with runners.user_rng_preserved():
+    with user_rng_preserved():
         torch.manual_seed(seed)
         # The exact shadow of a narrow run computes in float32, whose roundoff is 2^13 to 2^16
         # times finer than the run's roundings (the unrounded replay's argument,
@@ -250,7 +246,7 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
             # freed so far go back to the OS first (a trim only: cheap, but not for every call).
             large = sum(t.numel() for t in xla.outputs.values()) > LARGE_OUTPUT
             if large:
-                runners.release_freed_memory(collect=False)
+                memory.release("trim")
             inherited = rms_error(xla.inputs, golden_in, limit)
             # XLA gave this call exactly what the golden gave it (token ids, the first
             # embeddings): its exact shadow would repeat the golden's own call.
@@ -264,26 +260,26 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
                     shadow = out
                 else:
                     # Inside widened(): the golden's float64 mode would make the cast to float32 float64.
-                    with golden.in_shadow_dtype(module), runners.widened(wide):
+                    with golden.in_shadow_dtype(module), widened(wide):
                         sa, sk = _substitute((a, k), "", xla.inputs, to_wide)
-                        shadow = runners.call(f"{shadow_name} shadow of {path or '<root>'}", module, sa, sk)
+                        shadow = call(f"{shadow_name} shadow of {path or '<root>'}", module, sa, sk)
                     del sa, sk
                 if cpu_leaves is None:
-                    with runners.narrowing():  # the CPU shadow runs in the run's dtype, as written
+                    with narrowing():  # the CPU shadow runs in the run's dtype, as written
                         ca, ck = _substitute((a, k), "", xla.inputs, as_run)
                         if tdtype is not None:
-                            ca, ck = runners.move(ca, "cpu", tdtype), runners.move(ck, "cpu", tdtype)
+                            ca, ck = move(ca, "cpu", tdtype), move(ck, "cpu", tdtype)
                         # The golden's own module, its weights in the run's dtype for this call.
-                        with golden.in_run_dtype(module):
-                            cpu_shadow = runners.call(f"CPU shadow of {path or '<root>'}", module, ca, ck)
+                        with golden.in_run_dtype(module), on_cpu(rules):
+                            cpu_shadow = call(f"CPU shadow of {path or '<root>'}", module, ca, ck)
                         del ca, ck
-                    cpu_leaves = dict(runners.tensor_leaves(cpu_shadow))
+                    cpu_leaves = dict(tensor_leaves(cpu_shadow))
                     del cpu_shadow
             del seen
-            shadow_leaves = dict(runners.tensor_leaves(shadow))
-            golden_out = dict(runners.tensor_leaves(out))
+            shadow_leaves = dict(tensor_leaves(shadow))
+            golden_out = dict(tensor_leaves(out))
             if large:
-                runners.release_freed_memory(collect=False)
+                memory.release("trim")
             found[(path, n)] = {
                 "own": rms_error(xla.outputs, shadow_leaves, limit),
                 "rounding": rms_error(cpu_leaves, shadow_leaves, limit),
@@ -297,10 +293,10 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
         torch.manual_seed(seed)
         # The golden starts from the inputs rounded to the run's dtype, as XLA received them. The
         # rounding happens before the float64 mode, which would turn a cast to bf16 into float64.
-        g_args = runners.move(runners.move(inputs, "cpu", tdtype), "cpu", torch.float64)
-        g_kwargs = runners.move(runners.move(kwargs, "cpu", tdtype), "cpu", torch.float64)
+        g_args = move(move(inputs, "cpu", tdtype), "cpu", torch.float64)
+        g_kwargs = move(move(kwargs, "cpu", tdtype), "cpu", torch.float64)
         try:
-            with runners.default_dtype(torch.float64):
+            with default_dtype(torch.float64):
                 golden_calls, golden_out = record_calls(golden.model, g_args, g_kwargs, stage="fp64 golden",
                                                         on_call=on_call, keep=False)
             del g_args, g_kwargs
@@ -314,146 +310,38 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
         modules.append(ModuleParity(c.path, c.call, c.depth, order, e["total"], e["inherited"], e["own"], level,
                                     e["scale"], ratio > factor, cpu_rounding=e["rounding"], threshold=factor))
     first = next((m for m in modules if m.diverges), None)
-    golden_leaves = [(p, t.detach()) for p, t in runners.float_leaves(golden_out, "the reference")]
-    return ModulePass(tuple(modules), first, golden_leaves, time.perf_counter() - t0)
+    golden_leaves = [(p, t.detach()) for p, t in float_leaves(golden_out, "the reference")]
+    return ModulePass(tuple(modules), first, golden_leaves, time.perf_counter() - t0, FLOOR_ULPS)
 
 
-def with_modules(report: ParityReport, found: ModulePass) -> ParityReport:
-    """``report`` with the module figures and their words appended to its explanation."""
-    words = _modules_words(list(found.modules), found.first)
-    return dataclasses.replace(report, modules=found.modules,
-                               first_divergent_module=found.first.name if found.first else None,
-                               explanation=report.explanation + " " + words)
 
 
-def compare(cap: Capture, reference: Any, inputs: Any = (), kwargs: dict | None = None, *, rtol: float | None = None,
-            atol: float | None = None, seed: int = 0) -> ParityReport:
-    """Per-module comparison of a capture with CPU runs of ``reference``: a report whose verdict
-    compares the capture's final outputs with CPU eager and the fp64 golden (no replays: a
-    capture holds no program), with every module's figures (:func:`module_pass`)."""
-    import torch
-
-    if not isinstance(cap, Capture):
-        raise ParityTypeError(f"capture: expected a parity Capture, got {type(cap).__name__}")
-    if not isinstance(reference, torch.nn.Module):
-        raise ParityTypeError(f"reference: per-module comparison needs an nn.Module, got {type(reference).__name__}")
-    inputs, kwargs = check_inputs(inputs, kwargs)
-    tol = tolerances(rtol, atol)
-    found = module_pass(cap, reference, inputs, kwargs, seed)
-    seconds = {"compare modules": found.seconds}
-    tdtype = cap.run_dtype
-    with runners.user_rng_preserved():
-        cpu, seconds["cpu"] = runners.run_cpu(reference, inputs, kwargs, tdtype, seed)
-    golden = dict(found.golden)
-    outputs = []
-    for path, c in cpu:
-        if path not in cap.outputs:
-            raise CaptureError(f"the capture has no output {path or '<root>'} (it has {sorted(cap.outputs)})")
-        o = output_parity(path, cap.outputs[path], c, golden[path], tol)
-        outputs.append(dataclasses.replace(o, cause=_explain.output_cause(o, False)))
-    verdict = Verdict.PASS if all(o.xla_vs_cpu.passed for o in outputs) else Verdict.FAIL
-    status = f"unavailable: a capture holds no program (captured on {cap.device}, compared on the CPU)"
-    explanation = _explain.explain(verdict, outputs, status, (), cap.dtype)
-    report = ParityReport(verdict, explanation, cap.dtype, rtol, atol, outputs=tuple(outputs), emulation=status,
-                          seconds=seconds)
-    return with_modules(report, found)
+def _module_pass(record: RunRecord) -> None:
+    """The localisation stage: the module pass over the run's capture; its golden is the run's.
+    A shadow that fails (a module that cannot run alone) leaves the verdict and says there is no
+    localisation; the golden itself failing is the EXCEPTION verdict."""
+    r = record.request
+    rules = record.replayed.rules if record.replayed is not None else resolve(r.rules, None, record.device)
+    ours = record.xla is not None  # verify's own capture: its tensors are dropped once compared
+    if record.capture is None:  # the rounded replay does not reproduce the run: a hooked XLA run does
+        t0 = time.perf_counter()
+        record.capture = xla_run.capture(r.fn, r.inputs, r.kwargs, r.dtype, r.seed)
+        record.seconds["XLA capture"] = time.perf_counter() - t0
+        record.capture.info["source"] = "a second XLA run (the rounded replay does not reproduce the run)"
+    try:
+        found = module_pass(record.capture, r.reference, r.inputs, r.kwargs, r.seed, consume=ours,
+                            eager=record.cpu_calls, rules=rules)
+        record.modules, record.golden = found, found.golden
+        record.seconds["compare modules"] = found.seconds
+    except UserFailure as f:
+        if f.stage == "fp64 golden":
+            raise
+        with user_rng_preserved():  # a shadow failed: the golden alone, no localisation
+            plain_golden(record)
+        record.notes.append(f"The per-module localisation failed ({f}); no localisation.")
+    record.cpu_calls = None
+    if ours:
+        record.capture = None
 
 
-def _modules_words(modules: list[ModuleParity], first: ModuleParity | None) -> str:
-    """The localisation in words, from the figures the rule read (``own_to_rounding`` against
-    ``threshold``), so the text, the table and the flags never disagree."""
-    if not modules:
-        return ""
-    yardstick = (f"its rounding level (CPU eager's RMS error for the same module on the same inputs, at least "
-                 f"{FLOOR_ULPS:g} unit(s) of roundoff of the output's RMS)")
-    if first is None:
-        worst = max(modules, key=lambda m: m.own_to_rounding if math.isfinite(m.own_to_rounding) else 0.0)
-        return (f"Per module ({len(modules)} calls): no module's own error exceeds {worst.threshold:g}x {yardstick}, "
-                f"so the outputs' error accumulates from rounding (greatest own/rounding ratio "
-                f"{worst.own_to_rounding:.3g}, at {worst.name}).")
-    before = [m for m in modules if m.order < first.order]
-    return (f"Per module ({len(modules)} calls): the first divergent module is {first.name}: its own error "
-            f"{first.own_error:.3g} (RMS, on the inputs XLA gave it) is {first.own_to_rounding:.3g}x {yardstick}, "
-            f"{first.rounding_level:.3g}, beyond the threshold {first.threshold:g}x, while it inherited "
-            f"{first.inherited_error:.3g}; the {len(before)} module call(s) that finished before it stay within "
-            f"rounding. Start looking there (report.module_table()).")
-
-
-def plot_modules(report: ParityReport, path: str) -> str | None:
-    """A PNG of each module's errors by module depth (left: own error vs the rounding level per
-    module call in completion order; right: own/rounding ratio by depth). Returns ``path``, or
-    None (nothing written, the skip recorded by ``torch_xla_ext._plot``) without matplotlib.
-
-    Example:
-        >>> import torch
-        >>> from torch_xla_ext import parity
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
-        >>> x = torch.randn(2, 16)
-        >>> plot_modules(parity.verify(model, (x,), dtype="bf16", localize=True), "modules.png")
-        'modules.png'
-    """
-    import os
-
-    from torch_xla_ext import _plot
-
-    if not isinstance(report, ParityReport):
-        raise ParityTypeError(f"report: expected a ParityReport, got {type(report).__name__}")
-    if not report.modules:
-        raise ParityError("report: has no per-module localisation (verify(..., localize=True))")
-    plt, _why = _plot.pyplot(os.path.basename(path))
-    if plt is None:
-        return None
-    ms = list(report.modules)
-    tiny = 1e-12
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [3, 1]})
-    xs = range(len(ms))
-    ax.semilogy(xs, [max(m.total_error, tiny) for m in ms], ".-", color="#999999", label="total error (vs fp64)")
-    ax.semilogy(xs, [max(m.inherited_error, tiny) for m in ms], ".", color="#dd8452", label="inherited (inputs)")
-    ax.semilogy(xs, [max(m.own_error, tiny) for m in ms], "o", color="#4c72b0", label="own (shadow)")
-    ax.semilogy(xs, [max(m.rounding_level, tiny) for m in ms], "_", color="#55a868", markersize=10,
-                label="CPU eager's rounding, same inputs")
-    for i, m in enumerate(ms):
-        if m.diverges:
-            ax.axvline(i, color="#c44e52", alpha=0.25 if m.name != report.first_divergent_module else 0.9)
-    if len(ms) <= 60:
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels([("  " * m.depth) + m.name.split(".")[-1] if m.path else "<root>" for m in ms],
-                           rotation=90, fontsize=6)
-    ax.set_xlabel("module call (completion order: children before parents)")
-    ax.set_ylabel("greatest absolute error")
-    title = report.first_divergent_module or "none"
-    ax.set_title(f"{report.dtype}: first divergent module: {title}", fontsize=9)
-    ax.legend(fontsize=7)
-    depths = sorted({m.depth for m in ms})
-    ratios = [max((min(m.own_to_rounding, 1e6) for m in ms if m.depth == d), default=0.0) for d in depths]
-    ax2.bar([str(d) for d in depths], [max(r, tiny) for r in ratios], color="#4c72b0")
-    ax2.axhline(ms[0].threshold, color="#c44e52", linestyle="--", label=f"divergence ({ms[0].threshold:g}x)")
-    ax2.set_yscale("log")
-    ax2.set_xlabel("module depth")
-    ax2.set_ylabel("greatest own / rounding")
-    ax2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
-                    rtol: float | None = None, atol: float | None = None, seed: int = 0):
-    """Compares a capture (a :class:`Capture` or its file) with CPU runs of ``reference`` on the
-    same inputs: the verdict on the final outputs (CPU eager in the capture's dtype, fp64 golden)
-    and every module's own, inherited and total error (:mod:`.localization`). Runs without XLA.
-
-    Example:
-        >>> import torch
-        >>> from torch_xla_ext import parity
-        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
-        >>> x = torch.randn(2, 16)
-        >>> parity.capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
-        'xla_run.safetensors'
-        >>> report = compare_capture("xla_run.safetensors", model, (x,))
-        >>> report.first_divergent_module is None          # a module name when one diverges
-        True
-    """
-    cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
-    return compare(cap, reference, inputs, kwargs, rtol=rtol, atol=atol, seed=seed)
+STAGE = Stage("localisation", _module_pass, release="trim")

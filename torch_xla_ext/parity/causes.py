@@ -1,0 +1,183 @@
+"""Which cause explains an output's difference from CPU eager, from its figures against the fp64
+golden and the replays of XLA's own program.
+
+* **rounding placement**: the program's unrounded replay is the reference's math, and XLA equals
+  the rounded replay (which rounds to bf16/f16 exactly where the program does, by XLA:CPU's
+  rules, cc/parity/rounding.h) within the bound evaluation order allows: the difference from CPU
+  eager is where each side rounds;
+* **matmul precision**: the same, where the rounded replay applies another device's precision
+  for f32 dots and convolutions (``rules``) and the replay with XLA:CPU's own f32 matmuls does not
+  reproduce the run: the device's matmul precision is the difference;
+* **reassociation**: the same math, and XLA either equals its replay within the bound in a program
+  that rounds nothing to a narrow type, or is as accurate as CPU eager (within
+  ``REASSOCIATION_FACTOR`` of its fp64 error): the order of evaluation differs (summation order,
+  FMA contraction, approximations of transcendentals);
+* **a real difference**: the unrounded replay leaves the golden (the program is not the
+  reference's math), or XLA leaves its own program's replay and is less accurate than both.
+
+**The run equals its rounded replay** when their greatest difference is within
+:func:`replay_bound`: twice the smaller of the two's own greatest errors against the program's
+exact math, plus one reordered sum of the program's longest reduction at the output's scale (the
+derivation is in docs/parity.md). Bit equality between the two, which two XLA builds (torch_xla's
+and jaxlib's) or two CPUs need not give, is a figure (``emulated``), never a cause.
+
+Example:
+    >>> import numpy as np
+    >>> b = replay_bound(run_error=1e-3, replay_error=2e-3, scale=1.0, longest_reduction=64, unit=2.0 ** -24)
+    >>> b == 2 * 1e-3 + 2 * 8 * 2.0 ** -24   # twice the smaller error, plus one reordered 64-term sum
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_xla_ext import numerics
+from torch_xla_ext.parity.report import (MATMUL_PRECISION, REAL_DIFFERENCE, REASSOCIATION, ROUNDING_PLACEMENT,
+                                         UNEXPLAINED, OutputParity)
+
+__all__ = ["MATH_NOISE_FRACTION", "REASSOCIATION_FACTOR", "REPLAY_FACTOR", "SIGNIFICANT_FRACTION", "cause",
+           "closer", "golden_errors", "output_cause", "output_parity", "replay_bound", "replay_figures",
+           "same_math"]
+
+# The exact replay may leave the golden by this fraction of the run's own rounding error and
+# still compute "the same math": below that, differences are constants stored in the run dtype
+# (GELU's 0.7071 as a bf16 constant).
+MATH_NOISE_FRACTION = 0.25
+# XLA's error against the golden may be this many times CPU eager's (or the replay's) and still
+# count as "as accurate": summation order alone moves errors by small factors.
+REASSOCIATION_FACTOR = 2.0
+# The run and its rounded replay, two evaluations of the same roundings, differ by at most this
+# many times the smaller of their own errors against the program's exact math (docs/parity.md).
+REPLAY_FACTOR = 2.0
+# ULP distances of elements below this fraction of the output's scale are reported apart.
+SIGNIFICANT_FRACTION = 1e-3
+
+
+def golden_errors(y: Any, golden: Any) -> tuple[float, float]:
+    """Greatest and mean |y - golden|, in float64 (NaN where either is NaN)."""
+    y = torch.from_numpy(np.array(y, dtype=np.float64)) if isinstance(y, np.ndarray) else y.double()
+    if y.numel() == 0:
+        return 0.0, 0.0
+    e = (y.reshape(golden.shape) - golden.double()).abs()
+    return float(e.max()), float(e.mean())
+
+
+def closer(xla: tuple[float, float], cpu: tuple[float, float]) -> str:
+    if xla == cpu:
+        return "tie"
+    return "xla" if xla < cpu else "cpu"  # greatest error first, mean breaks ties
+
+
+def _max_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Greatest |a - b| (float64): NaN against NaN and an infinity against the same infinity
+    agree; NaN against a number, or infinities that differ, are an infinite distance."""
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    if same.all():
+        return 0.0
+    d = np.abs(a[~same] - b[~same])
+    return float(np.nan_to_num(d, nan=math.inf).max())
+
+
+def replay_bound(run_error: float, replay_error: float, scale: float, longest_reduction: int, unit: float) -> float:
+    """How far a run may be from its rounded replay when both execute the same roundings and
+    differ only in evaluation order: ``REPLAY_FACTOR`` times the smaller of their greatest errors
+    against the program's exact math, plus ``2 sqrt(n) u`` of the output's ``scale`` (one sum of
+    the program's longest reduction, ``n`` terms, reordered in the unit ``u`` it is computed in)."""
+    return REPLAY_FACTOR * min(run_error, replay_error) + 2.0 * math.sqrt(max(1, longest_reduction)) * unit * scale
+
+
+def replay_figures(x: Any, rounded: np.ndarray, exact: np.ndarray,
+                   longest_reduction: int) -> tuple[float, float, float, float, bool]:
+    """(distance, run error, replay error, bound, reproduced) of a run's output ``x`` (a tensor)
+    and its rounded replay ``rounded``, the errors against the program's exact math ``exact`` (the
+    unrounded replay) over the elements where it is finite."""
+    r = (x.detach().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, np.float64)).reshape(-1)
+    p = np.asarray(rounded, np.float64).reshape(-1)
+    e = np.asarray(exact, np.float64).reshape(-1)
+    finite = np.isfinite(e)
+    distance = _max_distance(r, p)
+    if not finite.any():
+        return distance, 0.0, 0.0, 0.0, distance == 0.0
+    r, p, e = r[finite], p[finite], e[finite]
+    run_error, replay_error = _max_distance(r, e), _max_distance(p, e)
+    unit = 2.0 ** -53 if (isinstance(x, torch.Tensor) and x.dtype == torch.float64) else 2.0 ** -24
+    bound = replay_bound(run_error, replay_error, float(np.abs(e).max()), longest_reduction, unit)
+    return distance, run_error, replay_error, bound, bool(distance <= bound)
+
+
+def same_math(unrounded: numerics.CompareReport, unrounded_error: float, xla_error: float, cpu_error: float) -> bool:
+    """Whether the exact replay computes the reference's math: it matches the golden at fp64
+    tolerances, or differs by much less than the run's own rounding error."""
+    if unrounded.passed:
+        return True
+    return unrounded_error <= MATH_NOISE_FRACTION * max(xla_error, cpu_error)
+
+
+def output_parity(path: str, x: Any, c: Any, g: Any, tol: dict, rounded: Any = None, exact: Any = None,
+                  longest_reduction: int = 1, xla_cpu: Any = None) -> OutputParity:
+    """Compares one output: XLA ``x`` vs CPU eager ``c`` (tolerances), both vs the fp64 golden
+    ``g``, and, when given, XLA vs the rounded replay (exactly, and within the bound) and the
+    exact replay vs ``g``; ``xla_cpu``: the rounded replay with XLA:CPU's own rules, when the
+    replay applied another device's."""
+    cmp = numerics.compare(x, c, equal_nan=True, check_dtype=False, **tol)
+    xe, ce = golden_errors(x, g), golden_errors(c, g)
+    gd = g.double()
+    scale = float(gd.abs().max()) if gd.numel() else 0.0
+    magnitude = float(gd[cmp.max_ulp_index].abs()) if cmp.max_ulp_index is not None else 0.0
+    significant = None
+    if scale > 0:
+        mask = (gd.abs() >= SIGNIFICANT_FRACTION * scale)
+        if bool(mask.any()) and not bool(mask.all()):
+            significant = numerics.compare(x[mask], c[mask], equal_nan=True, check_dtype=False, **tol)
+    o = OutputParity(path, cmp, xe[0], ce[0], xe[1], ce[1], closer(xe, ce), scale,
+                     (cmp.max_abs_diff / scale) if scale > 0 else 0.0, magnitude, significant)
+    if rounded is None:
+        return o
+    rounded = np.asarray(rounded).reshape(tuple(x.shape))
+    exact = np.asarray(exact, dtype=np.float64).reshape(tuple(x.shape))
+    unrounded = numerics.compare(exact, gd.numpy(), equal_nan=True, check_dtype=False)
+    unrounded_error = golden_errors(exact, g)[0]
+    distance, run_error, replay_error, bound, reproduced = replay_figures(x, rounded, exact, longest_reduction)
+    xla_cpu_reproduced = None
+    if xla_cpu is not None:
+        xla_cpu_reproduced = replay_figures(x, xla_cpu, exact, longest_reduction)[-1]
+    return OutputParity(
+        path, cmp, xe[0], ce[0], xe[1], ce[1], o.closer, scale, o.max_diff_to_scale, magnitude, significant,
+        emulated=numerics.compare(x, rounded.astype(np.float64), rtol=0.0, atol=0.0, equal_nan=True,
+                                  check_dtype=False),
+        emulated_error=golden_errors(rounded, g)[0], unrounded=unrounded, unrounded_error=unrounded_error,
+        same_math=same_math(unrounded, unrounded_error, xe[0], ce[0]), replay_distance=distance,
+        run_rounding=run_error, replay_rounding=replay_error, replay_bound=bound, reproduced=reproduced,
+        xla_cpu_reproduced=xla_cpu_reproduced)
+
+
+def cause(bit_identical: bool, same: bool | None, reproduced: bool | None, xla_error: float, cpu_error: float,
+          replay_error: float | None, narrow: bool, xla_cpu_reproduced: bool | None = None) -> str | None:
+    """The rule (module docstring) on one output's (or layer's) figures. ``replay_error``: the
+    rounded replay's error against the golden; ``narrow``: the program rounds to bf16/f16;
+    ``xla_cpu_reproduced``: False when the replay with XLA:CPU's f32 matmuls does not reproduce
+    the run where the device's rules' replay does (None: not asked)."""
+    if bit_identical:
+        return None
+    if reproduced is None or same is None:
+        return UNEXPLAINED
+    if not same:
+        return REAL_DIFFERENCE
+    if reproduced:
+        if xla_cpu_reproduced is False:
+            return MATMUL_PRECISION
+        return ROUNDING_PLACEMENT if narrow else REASSOCIATION
+    if xla_error <= REASSOCIATION_FACTOR * max(cpu_error, replay_error or 0.0):
+        return REASSOCIATION
+    return REAL_DIFFERENCE
+
+
+def output_cause(o: OutputParity, narrow: bool) -> str | None:
+    """The cause of ``o``'s difference from CPU eager (None when there is no difference)."""
+    return cause(o.bit_identical, o.same_math, o.reproduced, o.xla_error, o.cpu_error, o.emulated_error, narrow,
+                 o.xla_cpu_reproduced)

@@ -1,0 +1,231 @@
+"""Stage 4, the replays: the XLA run's own program (or a capture's) compiled by XLA through JAX's
+CPU client and run twice, rounded (as the rules' device rounds: XLA:CPU's by default) and
+without rounding (:mod:`..program.replay`).
+
+Both compile in a thread from the moment the XLA run's program exists (:func:`start_early`),
+while torch_xla compiles and executes it: at real sizes the rounded replay's compile costs about
+what torch_xla's own does. The rounded replay runs the program with the run's recorded module
+tensors as extra results, cut at the blocks' boundaries so repeated blocks compile once
+(:mod:`..program.segments`); where it reproduces the run within the bound evaluation order allows
+(:func:`~torch_xla_ext.parity.causes.replay_bound`), its module tensors are the localisation's
+capture (otherwise the localisation's stage runs a second, hooked XLA run for them). Under another device's rules that
+change f32 matmuls, a third replay with XLA:CPU's own rules tells the device's matmul precision
+from other causes.
+
+An unrounded replay in f32 (a program that rounds to bf16/f16) that finds an output off the
+golden is confirmed in f64 before anything is called a real difference (:data:`COMPARE`, after the
+golden exists).
+
+Example:
+    >>> import ml_dtypes, numpy as np
+    >>> from torch_xla_ext.parity.record import ProgramRun
+    >>> text = '''func.func @main(%x: tensor<2xbf16>) -> tensor<2xbf16> {
+    ...   %0 = stablehlo.multiply %x, %x : tensor<2xbf16>
+    ...   return %0 : tensor<2xbf16>
+    ... }'''
+    >>> program, rounded, exact, xla_cpu, seconds = compile_replays(Program(text))
+    >>> rounded([np.array([1.0078125, 3.0], ml_dtypes.bfloat16)])[0].tolist()
+    [1.015625, 9.0]
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+import numpy as np
+
+from torch_xla_ext import _device
+from torch_xla_ext.parity import memory
+from torch_xla_ext.parity.causes import output_parity, replay_figures
+from torch_xla_ext.parity.errors import CaptureError, ReplayError
+from torch_xla_ext.parity.pipeline import Stage
+from torch_xla_ext.parity.program.replay import Replay, unrounded_precision
+from torch_xla_ext.parity.program.rules import resolve
+from torch_xla_ext.parity.program.stablehlo import Program
+from torch_xla_ext.parity.record import ProgramRun, Replayed, RunRecord
+
+__all__ = ["COMPARE", "OF_CAPTURE", "STAGE", "compare_outputs", "compile_replays", "replay_program", "reproduces",
+           "start_early"]
+
+
+def compile_replays(program: Program, unrounded: str = "auto", capture_program: Program | None = None,
+                    cuts: Sequence[int] = (), rules: Any = "xla-cpu",
+                    device: str | None = None) -> tuple[Program, Replay, Replay, Replay | None, dict[str, float]]:
+    """(program, rounded replay, unrounded replay, XLA:CPU rounded replay or None, seconds).
+    ``unrounded``: the unrounded replay's float, "f64", "f32", or "auto"
+    (:func:`~torch_xla_ext.parity.program.replay.unrounded_precision`). ``capture_program``: the
+    program's outputs followed by the run's module tensors, which the rounded replay then runs
+    instead, cut at the module tensors ``cuts`` (indices among them). ``rules`` (resolved against
+    ``program`` and ``device``) apply to the rounded replay; when they change any f32 matmul, a
+    rounded replay of ``program`` with XLA:CPU's rules comes too. ReplayError when a replay
+    cannot be built."""
+    seconds: dict[str, float] = {}
+    precision = unrounded_precision(program) if unrounded == "auto" else unrounded
+    rules = resolve(rules, program, device)
+    offset = len(program.main.returned)  # the module tensors follow the outputs
+    # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(Replay, capture_program or program, rounded=True, rules=rules,
+                               cuts=[offset + c for c in cuts] if capture_program is not None else ()),
+                   pool.submit(Replay, program, rounded=False, precision=precision)]
+        rounded, exact = (f.result() for f in futures)
+    xla_cpu = Replay(program, rounded=True) if rounded.applied else None
+    seconds["compile rounded replay"] = rounded.seconds["compile"]
+    seconds["compile exact replay"] = exact.seconds["compile"]
+    if xla_cpu is not None:
+        seconds["compile XLA:CPU rounded replay"] = xla_cpu.seconds["compile"]
+    return program, rounded, exact, xla_cpu, seconds
+
+
+def _programs(run: ProgramRun) -> tuple[Program, Program | None, float]:
+    t0 = time.perf_counter()
+    program = Program.from_hlo_proto(run.proto)
+    capture = Program.from_hlo_proto(run.capture_proto) if run.capture_proto is not None else None
+    return program, capture, time.perf_counter() - t0
+
+
+def _compile(run: ProgramRun, cuts: Sequence[int], rules: Any, device: str) -> tuple:
+    program, capture, convert = _programs(run)
+    compiled = compile_replays(program, "auto", capture, cuts, rules, device)
+    compiled[-1]["program"] = convert
+    return compiled
+
+
+def start_early(record: RunRecord, run: ProgramRun, cuts: Sequence[int]) -> None:
+    """The XLA run stage's ``early``: the replays' compile, started on the run's program before
+    torch_xla compiles and executes it (both release the GIL)."""
+    record.early.start(_compile, run, list(cuts), record.request.rules, _device.current())
+
+
+def replay_program(run: ProgramRun, compiled: tuple | None, n_outputs: int, shapes: Sequence[tuple[int, ...]],
+            keep_args: bool, rules: Any, device: str) -> Replayed:
+    """The program of ``run`` replayed rounded and unrounded (``compiled``: already compiled by
+    :func:`start_early`, else compiled here). Without ``keep_args``, the run's arguments are
+    released during an f64 replay (its copies of them replace them): at real sizes these are the
+    weights; an f32 replay keeps them, so :data:`COMPARE` can confirm in f64. With a
+    ``capture_proto``, the rounded replay runs that program and its results after the outputs
+    are ``captured``."""
+    seconds: dict[str, float] = {}
+    if run is None or run.proto is None:
+        return Replayed(None, None, None, f"unavailable: {run.error if run is not None else 'no program'}", seconds)
+    try:
+        program, rounded_replay, exact_replay, xla_cpu_replay, compile_seconds = (
+            compiled or _compile(run, (), rules, device))
+        del compiled
+        seconds.update(compile_seconds)
+        precision, resolved, applied = exact_replay.precision, rounded_replay.rules, rounded_replay.applied
+        with_capture = run.capture_proto is not None
+        rounded = rounded_replay(run.capture_args if with_capture else run.args, consume=with_capture)
+        seconds["run rounded replay"] = rounded_replay.seconds["run"]
+        del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
+        memory.release("trim")  # the run itself collected its cycle
+        captured = rounded[n_outputs:] if with_capture else None
+        rounded = rounded[:n_outputs] if with_capture else rounded
+        xla_cpu = None
+        if xla_cpu_replay is not None:
+            xla_cpu = xla_cpu_replay(run.args)
+            seconds["run XLA:CPU rounded replay"] = xla_cpu_replay.seconds["run"]
+            del xla_cpu_replay
+        exact = exact_replay(run.args, consume=not keep_args and precision == "f64")
+        seconds["run exact replay"] = exact_replay.seconds["run"]
+        del exact_replay
+    except ReplayError as e:
+        return Replayed(None, None, None, f"unavailable: {e}", seconds)
+    if len(rounded) != n_outputs:
+        return Replayed(program, None, None, f"unavailable: the program has {len(rounded)} results, fn returned "
+                                             f"{n_outputs} floating-point outputs", seconds, precision)
+    for k, (r, s) in enumerate(zip(rounded, shapes)):
+        if int(np.prod(r.shape)) != int(np.prod(s)):
+            return Replayed(program, None, None, f"unavailable: the program's result {k} is {list(r.shape)}, fn's "
+                                                 f"output is {list(s)}", seconds, precision)
+    return Replayed(program, rounded, exact, "ok", seconds, precision, captured, resolved, applied, xla_cpu)
+
+
+def reproduces(outputs: Sequence[tuple[str, Any]], replayed: Replayed) -> bool:
+    """Whether the rounded replay reproduces the run's ``outputs`` within the bound on every one
+    (then its values of the run's module tensors are the run's own, up to that bound)."""
+    if replayed.rounded is None or len(replayed.rounded) != len(outputs):
+        return False
+    n = replayed.program.longest_reduction
+    return all(np.asarray(r).size == x.numel() and replay_figures(x, r, e, n)[-1]
+               for (_, x), r, e in zip(outputs, replayed.rounded, replayed.exact))
+
+
+def _replays(record: RunRecord) -> None:
+    r = record.request
+    t0 = time.perf_counter()
+    outputs = record.xla.outputs
+    replayed = replay_program(record.xla.program, record.early.take(), len(outputs),
+                              [tuple(t.shape) for _, t in outputs], keep_args=r.explorer_dir is not None,
+                              rules=r.rules, device=record.device)
+    record.replayed = replayed
+    record.seconds.update(replayed.seconds)
+    if record.recorder is not None:  # localize: the module tensors, when the replay reproduces the run
+        captured, replayed.captured = replayed.captured, None
+        record.capture = record.recorder.replayed(captured if reproduces(outputs, replayed) else None, outputs,
+                                                  r.dtype)
+        del captured
+        record.recorder = None
+        if record.capture is not None:
+            record.capture.info["source"] = "the rounded replay (it reproduces the run's outputs within the bound)"
+    record.seconds["replays"] = time.perf_counter() - t0
+
+
+def _of_capture(record: RunRecord) -> None:
+    """A capture's own program replayed (a capture made on a device, compared on a CPU host)."""
+    cap = record.capture
+    t0 = time.perf_counter()
+    outputs = list(cap.outputs.items())
+    run = ProgramRun(cap.program, list(cap.program_args)) if cap.program is not None else ProgramRun(
+        None, None, "the capture holds no program (made before captures kept one)")
+    record.replayed = replay_program(run, None, len(outputs), [tuple(t.shape) for _, t in outputs],
+                                     keep_args=False, rules=record.request.rules, device=cap.device_type)
+    record.seconds.update(record.replayed.seconds)
+    record.seconds["replays"] = time.perf_counter() - t0
+
+
+def compare_outputs(record: RunRecord) -> None:
+    """Every output's figures (:func:`~torch_xla_ext.parity.causes.output_parity`), in the CPU
+    eager run's order; an unrounded f32 replay that finds an output off the golden is confirmed
+    by the exact f64 replay first."""
+    record.outputs = _compared(record)
+    replayed = record.replayed
+    if replayed is None or replayed.precision != "f32" or all(o.same_math is not False for o in record.outputs):
+        return
+    t0 = time.perf_counter()
+    try:
+        exact = Replay(replayed.program, rounded=False, precision="f64")
+        record.seconds["compile exact f64 replay"] = exact.seconds["compile"]
+        args = record.xla.program.args if record.xla is not None else list(record.capture.program_args)
+        replayed.exact = exact(args, consume=record.request.explorer_dir is None)
+        record.seconds["run exact f64 replay"] = exact.seconds["run"]
+        replayed.precision = "f64"
+    except ReplayError as e:
+        replayed.status, replayed.rounded, replayed.exact = f"unavailable: {e}", None, None
+    record.seconds["replays"] = record.seconds.get("replays", 0.0) + time.perf_counter() - t0
+    record.outputs = _compared(record)
+
+
+def _compared(record: RunRecord) -> list:
+    replayed, tol = record.replayed, record.request.tol
+    ran = replayed is not None and replayed.rounded is not None
+    run = dict(record.run_outputs)
+    index = {p: i for i, (p, _) in enumerate(record.run_outputs)}  # the program's results' order
+    golden = dict(record.golden)
+    n = replayed.program.longest_reduction if ran else 1
+    out = []
+    for path, c in record.cpu:
+        if path not in run:
+            raise CaptureError(f"the capture has no output {path or '<root>'} (it has {sorted(run)})")
+        x, i = run[path], index[path]
+        out.append(output_parity(path, x, c, golden[path], tol, replayed.rounded[i] if ran else None,
+                                 replayed.exact[i] if ran else None, n,
+                                 replayed.xla_cpu[i] if ran and replayed.xla_cpu is not None else None))
+    return out
+
+
+STAGE = Stage("replays", _replays, release="collect")
+OF_CAPTURE = Stage("replays of the capture's program", _of_capture, release="collect")
+COMPARE = Stage("outputs compared", compare_outputs)
