@@ -213,7 +213,7 @@ class GraphBreakLedger:
     def __enter__(self) -> "GraphBreakLedger":
         if self._open or self._final is not None:
             raise GraphBreakError("a GraphBreakLedger accounts one region; call account() again for another")
-        from torch_xla_ext._compat import dynamo as _dynamo
+        from torch_xla_ext._compat import lazy as _lazy
         from torch_xla_ext._compat import metrics as _metrics
         from torch_xla_ext.graph_breaks.watch import BridgeWatch, SyncWatch
 
@@ -231,7 +231,7 @@ class GraphBreakLedger:
                 trace_log.name_file_by_rank(self._rank["rank"])  # for tlparse --all-ranks-html
         self._native_start = _core.global_ledger().counts()
         self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
-        self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _dynamo.replica)]
+        self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _lazy.replica)]
         for w in self._watches:
             w.__enter__()
         _core.set_hooks_enabled(True)
