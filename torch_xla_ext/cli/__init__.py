@@ -15,7 +15,7 @@ import sys
 from torch_xla_ext.errors import TorchXlaExtError
 
 # Components with a subcommand, in the order `--help` lists them.
-_COMMANDS = ("numerics", "export", "parity", "graph_breaks", "doctor")
+_COMMANDS = ("numerics", "export", "parity", "graph_breaks", "trace", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

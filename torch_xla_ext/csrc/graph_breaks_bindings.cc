@@ -215,8 +215,13 @@ class Tap {
       }
       k = std::to_string(after - before);
     }
-    PyObject* r = PyObject_CallFunction(after_.ptr(), "Ls#", static_cast<long long>(ns), k.data(),
-                                        static_cast<Py_ssize_t>(k.size()));
+    PyObject* ns_obj = PyLong_FromLongLong(ns);
+    PyObject* key_obj = PyUnicode_FromStringAndSize(k.data(), static_cast<Py_ssize_t>(k.size()));
+    PyObject* r = (ns_obj != nullptr && key_obj != nullptr)
+                      ? PyObject_CallFunctionObjArgs(after_.ptr(), ns_obj, key_obj, nullptr)
+                      : nullptr;
+    Py_XDECREF(ns_obj);
+    Py_XDECREF(key_obj);
     if (r == nullptr) {
       Py_DECREF(out);
       return nullptr;

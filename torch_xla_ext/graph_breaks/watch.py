@@ -286,9 +286,9 @@ def _torch_xla_loaded() -> bool:
     return m is not None and not getattr(getattr(m, "__spec__", None), "_initializing", False)
 
 
-def _install_bridge_if_ready() -> None:
+def _install_bridge_if_ready(loaded: bool = False) -> None:
     global _bridge_installed
-    if _bridge_installed or not _sinks or not _torch_xla_loaded():
+    if _bridge_installed or not _sinks or not (loaded or _torch_xla_loaded()):
         return
     from torch_xla_ext._compat import openxla as _openxla
 
@@ -296,11 +296,13 @@ def _install_bridge_if_ready() -> None:
     _bridge_installed = True
 
 
-def attach_bridge() -> None:
+def attach_bridge(loaded: bool = False) -> None:
     """Watches the openxla bridge too, now that torch_xla is imported (for watches opened while
-    only Dynamo was: a script trace starts watching when Dynamo loads, inside torch_xla's import)."""
+    only Dynamo was: a script trace starts watching when Dynamo loads, inside torch_xla's import).
+    ``loaded``: torch_xla's module has run to its end (an import hook's caller knows; Python still
+    marks the module as initializing until the import returns)."""
     with _lock:
-        _install_bridge_if_ready()
+        _install_bridge_if_ready(loaded)
 
 
 def _set_tap_ledgers() -> None:

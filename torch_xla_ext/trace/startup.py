@@ -1,0 +1,134 @@
+"""Starting the recorder in a traced process (called by ``site/sitecustomize.py``, or by the
+``.pth`` file of an installed wheel, when ``TORCH_XLA_EXT_TRACE`` is set). Imports no torch.
+
+What it does, before the user's code runs:
+  * asks torch_xla to write its compile and execution analysis to this process's file in the
+    trace directory (``_compat.xla_debug.configure``: only when the user set none of torch_xla's
+    debug variables); ``TORCH_XLA_EXT_TRACE_OWNS`` says so, and a child process sets its own file
+    in their place. Nothing else of torch_xla's is set: ``XLA_HLO_DEBUG``, for one, changes every
+    graph hash;
+  * registers import hooks: when ``torch._dynamo`` finishes importing, the Dynamo half of the
+    recorder is installed; when ``torch_xla`` does, the lazy-tensor half (and the openxla
+    bridge's part of the Dynamo half). A process that imports neither records nothing and
+    leaves no file;
+  * notes an uncaught exception (``sys.excepthook``, chained) for the end record, and gives a
+    forked child its own file.
+
+The environment variables (the one copy): ``TORCH_XLA_EXT_TRACE`` (the directory),
+``TORCH_XLA_EXT_TRACE_CAPTURE`` (auto, all, off), ``TORCH_XLA_EXT_TRACE_PACKAGE`` (where
+torch_xla_ext is, for interpreters that do not have it), ``TORCH_XLA_EXT_TRACE_OWNS``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import Any, Callable
+
+__all__ = ["CAPTURE_ENV", "OWNS_ENV", "PACKAGE_ENV", "TRACE_ENV", "start"]
+
+TRACE_ENV = "TORCH_XLA_EXT_TRACE"
+CAPTURE_ENV = "TORCH_XLA_EXT_TRACE_CAPTURE"
+PACKAGE_ENV = "TORCH_XLA_EXT_TRACE_PACKAGE"
+OWNS_ENV = "TORCH_XLA_EXT_TRACE_OWNS"
+DEBUG_DIR = "xla-debug"
+
+_recorder: Any = None
+
+
+def start(environ: dict[str, str] | None = None) -> Any:
+    """Starts this process's recorder (once); returns it."""
+    global _recorder
+    if _recorder is not None:
+        return _recorder
+    from torch_xla_ext._compat import xla_debug
+    from torch_xla_ext.trace.recorder import Recorder
+
+    env = os.environ if environ is None else environ
+    directory = os.path.abspath(env[TRACE_ENV])
+    capture = env.get(CAPTURE_ENV, "auto")
+    owns = set(filter(None, env.get(OWNS_ENV, "").split(",")))
+    if "analysis" in owns:
+        xla_debug.release(env)
+    debug_path = os.path.join(directory, DEBUG_DIR, f"{socket.gethostname()}-{os.getpid()}.log")
+    if xla_debug.configure(env, debug_path):
+        owns.add("analysis")
+        analysis = "file"
+    else:
+        debug_path = None
+        analysis = "not read: the user set " + ", ".join(v for v in xla_debug.DEBUG_VARIABLES if v in env)
+    if debug_path is not None and not xla_debug.writes_in_this_process(env):
+        analysis = "not written: torch_xla writes its analysis only in local process 0"
+    env[OWNS_ENV] = ",".join(sorted(owns))
+    if debug_path is not None:
+        os.makedirs(os.path.dirname(debug_path), exist_ok=True)
+    _recorder = Recorder(directory, capture=capture, debug_path=debug_path, analysis=analysis)
+    hooks = _PostImport({"torch._dynamo": _recorder.on_dynamo, "torch_xla": _recorder.on_torch_xla})
+    sys.meta_path.insert(0, hooks)
+    for name in ("torch._dynamo", "torch_xla"):  # already imported (a forked child, or a late start)
+        if name in sys.modules:
+            hooks.run(name, sys.modules[name])
+    previous = sys.excepthook
+
+    def excepthook(kind: Any, value: Any, tb: Any) -> None:
+        _recorder.note_exception(kind, value, tb)
+        previous(kind, value, tb)
+
+    sys.excepthook = excepthook
+    os.register_at_fork(after_in_child=_recorder.forked)
+    return _recorder
+
+
+class _PostImport:
+    """A meta-path finder that runs a callback once a module finished importing (it wraps the
+    module's loader; the module keeps its own loader)."""
+
+    def __init__(self, callbacks: dict[str, Callable[[Any], None]]):
+        self._callbacks = dict(callbacks)
+        self._busy: set[str] = set()
+
+    def run(self, name: str, module: Any) -> None:
+        callback = self._callbacks.pop(name, None)
+        if callback is not None:
+            try:
+                callback(module)
+            except Exception:  # noqa: BLE001 - the recorder's own problem; the import succeeded
+                pass
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in self._callbacks or name in self._busy:
+            return None
+        self._busy.add(name)
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy.discard(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader, name, self)
+        return spec
+
+
+class _Loader:
+    def __init__(self, loader: Any, name: str, hooks: _PostImport):
+        self._loader, self._name, self._hooks = loader, name, hooks
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        self._hooks.run(self._name, module)
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._loader, item)
