@@ -73,14 +73,15 @@ def replica() -> int:
 
 
 def runtime_ordinal() -> int | None:
-    """torch_xla's global ordinal of this process once its runtime started, else None (asking
-    earlier would start it)."""
+    """torch_xla's index of this process once its runtime started, else None (asking earlier
+    would start it). A process driving several devices from threads (xmp.spawn on CPU) is one
+    index; each thread's device is :func:`replica`."""
     x = _xlac()
     if not x._xla_runtime_is_initialized():
         return None
     import torch_xla.runtime as xr
 
-    return int(xr.global_ordinal())
+    return int(xr.process_index())
 
 
 def set_ir_debug(on: bool) -> None:

@@ -162,8 +162,8 @@ class GraphBreakLedger:
                         ended_by: dict[str, Any] | None) -> None:
         self._ledger.record(K.fx_graph, S.dynamo, key=compile_id)
         end = None
-        if ended_by is not None:
-            end = ended_by["gb_type"]
+        if ended_by is not None:  # Dynamo split here (GraphCompileReason.graph_break), whatever its text
+            end = ended_by["gb_type"] or "(a break Dynamo gave no reason text)"
             if ended_by.get("file"):
                 end += f" at {ended_by['file']}:{ended_by['line']}"
         self._graphs[graph] = {"graph": graph, "compile_id": compile_id, "nodes": nodes, "ops": ops,

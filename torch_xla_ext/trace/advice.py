@@ -65,6 +65,10 @@ def lazy(rec: dict[str, Any], earlier_at_site: int) -> str:
         return ("The graph has other inputs or outputs than before: a tensor the step creates or keeps changes "
                 "between steps; keep the same tensors alive at every sync.")
     if "not_captured" in whats:
+        if kind == "host_read":
+            return ("A host read's graph runs before the trace can read it, so it is not compared op by op; the "
+                    "input that changed is not held in a variable in scope. Reading values after the step's sync "
+                    "leaves one graph per step to compare.")
         return ("Not captured: run with --capture all (slower) to compare this graph op by op with the earlier one.")
     return ""
 

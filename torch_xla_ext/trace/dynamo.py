@@ -80,8 +80,9 @@ class DynamoRecorder:
     def on_dynamo_graph(self, compile_id: str, graph: int, nodes: int, ops: int,
                         ended_by: dict[str, Any] | None) -> None:
         end = None
-        if ended_by is not None and ended_by.get("gb_type"):
-            end = ended_by["gb_type"] + (f" at {ended_by['file']}:{ended_by['line']}" if ended_by.get("file") else "")
+        if ended_by is not None:  # Dynamo split here (GraphCompileReason.graph_break), whatever its text
+            end = (ended_by.get("gb_type") or "(a break Dynamo gave no reason text)") + \
+                (f" at {ended_by['file']}:{ended_by['line']}" if ended_by.get("file") else "")
         self._record("graph", compile_id, graph=graph, nodes=nodes, ops=ops, ended_by=end,
                      ended_by_break=ended_by is not None)
 

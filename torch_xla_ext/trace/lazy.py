@@ -77,7 +77,7 @@ class LazyRecorder:
         self._debug_rest = ""
         self._capture = capture
         self._lock = threading.RLock()
-        self._seen = lazy.compile_count()
+        self._seen = self._last_count = lazy.compile_count()
         self._k = 0
         self._steps: dict[int, int] = {}
         self._threads: set[int] = set()
@@ -193,6 +193,9 @@ class LazyRecorder:
         """Records the compiles since the last call (and the executions torch_xla's analysis
         listed); returns how many. ``frame`` is the step marker's caller (None at exit)."""
         now = self._lazy.compile_count()
+        if now < self._last_count:  # someone cleared torch_xla's metrics: counting starts again
+            self._seen = 0
+        self._last_count = now
         d = now - self._seen
         entries = self._read_debug()
         compiles = [e for e in entries if e.kind == "compile"]
@@ -234,7 +237,9 @@ class LazyRecorder:
                     rows.append({"trigger": {"kind": "other", "site": "", "op": "", "function": "", "code": "",
                                              "cause": "a compile torch_xla wrote no analysis of (no Python frames)"},
                                  "graph_hash": "", "inputs": None, "outputs": None, "sizes": {}})
-        self._seen = now
+        # Advanced by what was recorded, not to `now`: another replica thread's compile may have
+        # written its analysis before its CompileTime sample (or the other way round).
+        self._seen += len(rows)
         step = self.steps() + 1
         for row, sample in zip(rows, samples):
             self._k += 1
@@ -296,8 +301,9 @@ class LazyRecorder:
             for c in _snapshot.diff(h["look"], look):
                 changes.append(dict(c, what="tensor_" + c["what"]))
         if not changes and (h["sig"] is None or sig is None):
-            changes.append({"what": "not_captured", "detail": "the graph was not captured (outside a capture window); "
-                            "the tensors in scope did not change shape"})
+            why = ("a host read's graph runs before the trace can read it" if row["trigger"]["kind"] == "host_read"
+                   else "the graph was not captured (outside a capture window)")
+            changes.append({"what": "not_captured", "detail": f"{why}; no tensor in scope changed shape"})
         return changes
 
     def _artifact(self, rec: dict[str, Any]) -> None:

@@ -77,9 +77,15 @@ def divergence(traces: list[Any], compiles: list[dict[str, Any]]) -> dict[str, A
     for r, n in sorted(last.items(), key=lambda kv: _order(kv[0])):
         if n < top or (not ended[r] and any(ended.values())):
             early.append({"rank": r, "last_step": n, "ended": ended[r]})
-    step, odd = first_divergent_step(sequences(traces))
+    seq = sequences(traces)
+    step, odd = first_divergent_step(seq)
     out: dict[str, Any] = {"ranks": [t.rank for t in traces], "world_size": world or None, "missing_ranks": missing,
-                           "stopped_early": early, "first_step": step, "ranks_that_differ": odd, "details": []}
+                           "stopped_early": early, "first_step": step, "ranks_that_differ": odd, "details": [],
+                           "no_majority": False}
+    if step is not None:
+        groups = collections.Counter(tuple(per.get(step, ())) for per in seq.values() if step in per)
+        sizes = sorted(groups.values(), reverse=True)
+        out["no_majority"] = len(sizes) > 1 and sizes[0] == sizes[1]
     if step is not None:
         out["details"] = _details(traces, compiles, step, odd)
     return out

@@ -198,9 +198,11 @@ def to_markdown(report: dict[str, Any]) -> str:
     d = report["divergence"]
     md += ["## Ranks", ""]
     if d["first_step"] is not None:
+        ref = d["details"][0]["reference_rank"] if d["details"] else "?"
         md.append(f"The ranks' graphs first differ at **step {d['first_step']}**: ranks "
-                  f"{', '.join(map(str, d['ranks_that_differ']))} (compared with rank "
-                  f"{d['details'][0]['reference_rank'] if d['details'] else '?'}).")
+                  f"{', '.join(map(str, d['ranks_that_differ']))} (compared with rank {ref}"
+                  + ("; no group of ranks is larger, so either side may be the odd one" if d.get("no_majority") else "")
+                  + ").")
         md.append("")
         for row in d["details"]:
             for c in row["differences"]:
