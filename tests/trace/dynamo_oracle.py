@@ -1,7 +1,7 @@
-"""Dynamo's own record of one call of ``scripts/dynamo_train.py``'s compiled step, in a process of
+"""Dynamo's own record of one call of ``scripts/dynamo_train.py``'s training step, in a process of
 its own (run as a script by the tests, not collected): ``torch._dynamo.explain`` of the step (its
-graph count and break reasons), then one compiled call with ``backend="openxla"`` and Dynamo's
-counters over it. Prints one JSON object.
+graph count and break reasons) and Dynamo's counters over that call (graphs and counted breaks do
+not depend on the backend). Prints one JSON object.
 
     python dynamo_oracle.py MODEL [--jump]
 """
@@ -23,11 +23,8 @@ import dynamo_train  # noqa: E402
 def main():
     name, jump = sys.argv[1], "--jump" in sys.argv
     step, x = dynamo_train.build(name, jump)
-    explained = torch._dynamo.explain(step)(x)
-    torch._dynamo.reset()
     counters.clear()
-    step2, x2 = dynamo_train.build(name, jump)
-    torch.compile(step2, backend="openxla")(x2)
+    explained = torch._dynamo.explain(step)(x)
     torch_xla.sync()
     print(json.dumps({"graph_count": explained.graph_count,
                       "break_reasons": [str(r.reason).splitlines()[0] for r in explained.break_reasons],

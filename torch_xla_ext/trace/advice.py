@@ -21,7 +21,7 @@ def lazy(rec: dict[str, Any], earlier_at_site: int) -> str:
     """The advice for one lazy compile record (``trigger``, ``changed``)."""
     trig, changed = rec["trigger"], rec.get("changed") or []
     kind, op = trig.get("kind", ""), trig.get("op", "")
-    if kind in ("dynamo", "dynamo_inputs"):
+    if kind in ("dynamo", "dynamo_inputs", "dynamo_run"):
         return ""
     if earlier_at_site == 0:
         if kind == "host_read":

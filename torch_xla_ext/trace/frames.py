@@ -104,7 +104,7 @@ HOST_READ_OPS = (
 
 def classify(frames: Sequence[Frame], cause: str = "") -> dict[str, Any]:
     """What made torch_xla run a graph: ``kind`` (sync, data_loader, optimizer_step,
-    torch_xla.compile, profiler, dynamo, dynamo_inputs, host_read, other), the user ``site``
+    torch_xla.compile, profiler, dynamo, dynamo_inputs, dynamo_run, host_read, other), the user ``site``
     ("file:line"), its ``function`` and ``code``, and for a host read the ``op``."""
     frames = list(frames)
     user = user_frame(frames)
@@ -114,7 +114,13 @@ def classify(frames: Sequence[Frame], cause: str = "") -> dict[str, Any]:
     marker = next((i for i, f in enumerate(frames)
                    if _is(f, "/torch_xla/torch_xla.py", "sync") or _is(f, "/core/xla_model.py", "mark_step")), None)
     if any(_in_bridge(f) for f in frames) or "dynamo" in cause:
-        out["kind"] = "dynamo_inputs" if marker is not None else "dynamo"
+        if marker is not None:
+            out["kind"] = "dynamo_inputs"  # the bridge syncing a graph's inputs
+        elif any(_is(f, "/torch_xla/_dynamo/dynamo_bridge.py", "extract_graph_helper") for f in frames) \
+                or "compiling a FX graph" in cause:
+            out["kind"] = "dynamo"  # one of the bridge's XLA graphs (a partition of an AOT graph)
+        else:
+            out["kind"] = "dynamo_run"  # a value the bridge needed while running a compiled graph
         return out
     if marker is not None:
         callers = frames[marker + 1:]

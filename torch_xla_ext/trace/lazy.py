@@ -265,7 +265,16 @@ class LazyRecorder:
         earlier = self._history.get(key, [])
         changed: list[dict[str, Any]] = []
         previous = None
-        if earlier and trig["kind"] not in ("dynamo",):
+        same = next((h for h in earlier if row["graph_hash"] and h["hash"] == row["graph_hash"]), None)
+        if same is not None:
+            # torch_xla's hash of a graph does not name its device: the same graph again is the
+            # copy for another device this process drives (xmp.spawn's threads), or a recompile
+            # after the compilation cache dropped it.
+            previous = same["k"]
+            changed = [{"what": "same_graph", "detail": f"the same graph as compile {same['k']} (step {same['step']}): "
+                        "compiled again for another device of this process, or after torch_xla's compilation "
+                        "cache dropped it"}]
+        elif earlier and trig["kind"] not in ("dynamo",):
             h = min(earlier, key=lambda h: _distance(h, row, sig, look))
             previous, changed = h["k"], self._changes(h, look, sig, row)
         rec = {"ev": "compile", "k": self._k, "step": step, "t": self._now(), "graph_hash": row["graph_hash"],
@@ -285,7 +294,8 @@ class LazyRecorder:
         if sig is not None:
             self._emit({"ev": "graph", "k": self._k, "graph_hash": row["graph_hash"], **sig})
         self._artifact(rec)
-        earlier.append({"k": self._k, "look": look, "sig": sig, "inputs": row["inputs"], "outputs": row["outputs"]})
+        earlier.append({"k": self._k, "step": step, "hash": row["graph_hash"], "look": look, "sig": sig,
+                        "inputs": row["inputs"], "outputs": row["outputs"]})
         self._history[key] = earlier[-_HISTORY:]
 
     @staticmethod

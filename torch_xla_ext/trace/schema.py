@@ -87,7 +87,7 @@ class Step:
 
 
 class _TriggerKind(TypedDict):
-    kind: str  # sync, host_read, data_loader, dynamo, dynamo_inputs, torch_xla.compile, optimizer_step, other
+    kind: str  # sync, host_read, data_loader, dynamo, dynamo_inputs, dynamo_run, torch_xla.compile, optimizer_step, other
 
 
 class Trigger(_TriggerKind, total=False):

@@ -1,5 +1,10 @@
-"""Starting the recorder in a traced process (called by ``site/sitecustomize.py``, or by the
-``.pth`` file of an installed wheel, when ``TORCH_XLA_EXT_TRACE`` is set). Imports no torch.
+"""Starting the recorder in a traced process, when ``TORCH_XLA_EXT_TRACE`` is set: called by
+``site/sitecustomize.py`` (``torch-xla-ext trace`` puts that directory on ``PYTHONPATH``), or by
+the ``.pth`` file an installed wheel puts in site-packages (:data:`PTH_FILE`, whose one line,
+:data:`PTH_LINE`, Python's ``site`` runs at every interpreter start: it reads one environment
+variable and imports nothing else while the variable is unset). So setting
+``TORCH_XLA_EXT_TRACE=DIR`` alone traces every Python process of an installed torch_xla_ext,
+whatever launched it. Imports no torch.
 
 What it does, before the user's code runs:
   * asks torch_xla to write its compile and execution analysis to this process's file in the
@@ -26,15 +31,42 @@ import socket
 import sys
 from typing import Any, Callable
 
-__all__ = ["CAPTURE_ENV", "OWNS_ENV", "PACKAGE_ENV", "TRACE_ENV", "start"]
+__all__ = ["CAPTURE_ENV", "OWNS_ENV", "PACKAGE_ENV", "PTH_FILE", "PTH_LINE", "TRACE_ENV", "autostart", "start"]
 
 TRACE_ENV = "TORCH_XLA_EXT_TRACE"
 CAPTURE_ENV = "TORCH_XLA_EXT_TRACE_CAPTURE"
 PACKAGE_ENV = "TORCH_XLA_EXT_TRACE_PACKAGE"
 OWNS_ENV = "TORCH_XLA_EXT_TRACE_OWNS"
 DEBUG_DIR = "xla-debug"
+STARTUP_ERROR = "startup-error-{pid}.txt"
+# The wheel's site-packages hook (python/build_wheel.py writes it): a .pth line that starts with
+# "import" is executed by `site` at start-up.
+PTH_FILE = "torch_xla_ext_trace.pth"
+PTH_LINE = ("import os; os.environ.get('TORCH_XLA_EXT_TRACE') and "
+            "__import__('torch_xla_ext.trace.startup', fromlist=['autostart']).autostart()\n")
 
 _recorder: Any = None
+
+
+def autostart() -> None:
+    """Starts the recorder from ``os.environ`` at interpreter start-up, never raising: the user's
+    program runs whatever happens to the recorder; why it could not start is written to
+    ``DIR/startup-error-<pid>.txt``."""
+    try:
+        start()
+    except Exception as e:  # noqa: BLE001
+        note_startup_error(e)
+
+
+def note_startup_error(e: BaseException) -> None:
+    """Writes why the recorder did not start into the trace directory (never raises)."""
+    try:
+        d = os.environ[TRACE_ENV]
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, STARTUP_ERROR.format(pid=os.getpid())), "a") as f:
+            f.write(f"{type(e).__name__}: {e}\n")
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def start(environ: dict[str, str] | None = None) -> Any:

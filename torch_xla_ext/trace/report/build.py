@@ -124,7 +124,7 @@ def _compiles(t: RankTrace) -> list[dict[str, Any]]:
 def _compile_row(t: RankTrace, c: dict[str, Any], by_k: dict[int, dict[str, Any]], bridge: dict[str, Any] | None,
                  recompile_reason: dict[str, Any], frame_of: dict[str, str]) -> dict[str, Any]:
     trig = dict(c["trigger"])
-    dynamo_kind = trig.get("kind") in ("dynamo", "dynamo_inputs")
+    dynamo_kind = trig.get("kind") in ("dynamo", "dynamo_inputs", "dynamo_run")
     cid = c.get("compile_id") or (bridge or {}).get("compile_id")
     if dynamo_kind and not trig.get("site"):
         # Compiled where no frame of the user's is on the stack (a backward graph, on autograd's

@@ -42,7 +42,6 @@ def _start() -> None:
     if not os.environ.get("TORCH_XLA_EXT_TRACE"):
         return
     try:
-        import importlib.machinery
         import importlib.util
 
         package = os.environ.get("TORCH_XLA_EXT_TRACE_PACKAGE")
@@ -52,16 +51,16 @@ def _start() -> None:
                     os.path.abspath(package):
                 sys.meta_path.insert(0, _OurPackage(package))
         from torch_xla_ext.trace import startup
-
-        startup.start()
     except Exception as e:  # noqa: BLE001 - the user's program runs whatever happens to the recorder
         try:
             d = os.environ["TORCH_XLA_EXT_TRACE"]
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, f"startup-error-{os.getpid()}.txt"), "a") as f:
-                f.write(f"{type(e).__name__}: {e}\n")
+                f.write(f"torch_xla_ext not importable here: {type(e).__name__}: {e}\n")
         except Exception:  # noqa: BLE001
             pass
+        return
+    startup.autostart()
 
 
 class _OurPackage:
