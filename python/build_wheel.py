@@ -127,6 +127,9 @@ def main() -> int:
             with open(files[arcname], "rb") as f:
                 add(arcname, f.read(), 0o755 if arcname.endswith(".so") else 0o644)
         add(f"{NAME}/{versions.PINS_FILE}", pins_file.encode())
+        # The script trace's start-up hook: with TORCH_XLA_EXT_TRACE set, every Python process traces itself.
+        startup = _load(files, "trace/startup")
+        add(startup.PTH_FILE, startup.PTH_LINE.encode())
         add(f"{dist_info}/METADATA", metadata(version, requires_dist))
         add(f"{dist_info}/WHEEL", wheel_meta.encode())
         add(f"{dist_info}/entry_points.txt", b"[console_scripts]\ntorch-xla-ext = torch_xla_ext.cli:main\n")
