@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import re
@@ -103,10 +104,16 @@ HOST_READ_OPS = (
 
 
 def classify(frames: Sequence[Frame], cause: str = "") -> dict[str, Any]:
+    """What made torch_xla run a graph (a fresh dict; the same frames every step are worked out
+    once):"""
+    return dict(_classify(tuple(frames), cause))
+
+
+@functools.lru_cache(maxsize=4096)
+def _classify(frames: tuple[Frame, ...], cause: str) -> dict[str, Any]:
     """What made torch_xla run a graph: ``kind`` (sync, data_loader, optimizer_step,
     torch_xla.compile, profiler, dynamo, dynamo_inputs, dynamo_run, host_read, other), the user ``site``
     ("file:line"), its ``function`` and ``code``, and for a host read the ``op``."""
-    frames = list(frames)
     user = user_frame(frames)
     out: dict[str, Any] = {"kind": "other", "site": "", "op": "", "function": "", "code": ""}
     if user is not None:

@@ -87,6 +87,7 @@ class LazyRecorder:
         self._pending: bytes | None = None
         self._before_count = self._seen
         self._capture_failures = 0
+        self._paused = False
         self._ir_debug = False
         self._set_ir_debug(self._armed())
 
@@ -120,7 +121,14 @@ class LazyRecorder:
 
         return metrics.counter_reader()
 
+    def pause(self, paused: bool) -> None:
+        """Stops (or resumes) recording at step markers: they then cost one Python call each (what
+        bench/trace_bench.py measures the recorder against, in one process)."""
+        self._paused = bool(paused)
+
     def before(self) -> None:
+        if self._paused:
+            return
         try:
             self._before_count = self._lazy.compile_count()
             if self._armed() and self._capture_failures < 3:
@@ -131,6 +139,8 @@ class LazyRecorder:
             self._problem("reading the pending graph", e)
 
     def after(self, duration_ns: int, key: str) -> None:
+        if self._paused:
+            return
         try:
             with self._lock:
                 self._after(sys._getframe(1), duration_ns, int(key or 0))

@@ -31,7 +31,7 @@ import socket
 import sys
 from typing import Any, Callable
 
-__all__ = ["CAPTURE_ENV", "OWNS_ENV", "PACKAGE_ENV", "PTH_FILE", "PTH_LINE", "TRACE_ENV", "autostart", "start"]
+__all__ = ["CAPTURE_ENV", "OWNS_ENV", "PACKAGE_ENV", "PTH_FILE", "PTH_LINE", "TRACE_ENV", "autostart", "recorder", "start"]
 
 TRACE_ENV = "TORCH_XLA_EXT_TRACE"
 CAPTURE_ENV = "TORCH_XLA_EXT_TRACE_CAPTURE"
@@ -67,6 +67,11 @@ def note_startup_error(e: BaseException) -> None:
             f.write(f"{type(e).__name__}: {e}\n")
     except Exception:  # noqa: BLE001
         pass
+
+
+def recorder() -> Any:
+    """This process's recorder (``trace.recorder.Recorder``), or None when the trace is off."""
+    return _recorder
 
 
 def start(environ: dict[str, str] | None = None) -> Any:

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -93,7 +94,11 @@ class RankFile:
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Appends one record (a JSON object on one line); opens the file at the first."""
-        line = (_json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
+        try:  # the common record: plain JSON values, no non-finite float
+            text = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):
+            text = _json.dumps(record, separators=(",", ":"), default=str)
+        line = (text + "\n").encode()
         with self._lock:
             if self._fd is None or os.getpid() != self._pid:
                 self._open()
