@@ -11,6 +11,7 @@ not exist exits 127, as a shell does."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from torch_xla_ext.cli import progress
@@ -27,9 +28,12 @@ def _run(args: argparse.Namespace) -> int:
         _summary(report)
         return 0
     if args.env is not None:
-        env = launch.child_environment(args.env, environ={}, capture=args.capture, torch_trace=not args.no_torch_trace)
+        env = launch.child_environment(os.path.abspath(args.env), environ={}, capture=args.capture,
+                                       torch_trace=not args.no_torch_trace)
         for k in sorted(env):
-            print(f"export {k}={_quote(env[k])}")
+            # PYTHONPATH keeps what the job's environment already has after ours.
+            tail = '"${PYTHONPATH:+:$PYTHONPATH}"' if k == "PYTHONPATH" else ""
+            print(f"export {k}={_quote(env[k])}{tail}")
         return 0
     command = list(args.argv)
     if command and command[0] == "--":
@@ -40,6 +44,8 @@ def _run(args: argparse.Namespace) -> int:
         raise trace.TraceError("no command: torch-xla-ext trace --out DIR -- python train.py ...")
     status, path = launch.run(command, args.out, overwrite=args.overwrite, capture=args.capture,
                               torch_trace=not args.no_torch_trace)
+    if path is None:  # the command did not start (said on stderr)
+        return status
     try:
         report = trace.render(path)
     except trace.TraceError as e:

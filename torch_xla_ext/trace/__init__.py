@@ -32,6 +32,8 @@ def run(command, out, *, overwrite=False, capture="auto", torch_trace=True):
     from torch_xla_ext.trace import launch
 
     status, path = launch.run(command, out, overwrite=overwrite, capture=capture, torch_trace=torch_trace)
+    if path is None:
+        return status, None
     try:
         return status, render(path)
     except TraceError:

@@ -124,6 +124,12 @@ class DynamoRecorder:
         bridge = self._open_bridge[-1] if self._open_bridge else None
         b = self._bridges.get(bridge) if bridge is not None else None
         row = {"graph_hash": graph_hash, "ms": round((t1_ns - t0_ns) / 1e6, 3)}
+        try:  # CompileTime's count once it compiled: the lazy half's record of the same compile has it as its ordinal
+            from torch_xla_ext._compat import lazy
+
+            row["ordinal"] = lazy.compile_count()
+        except Exception:  # noqa: BLE001 - the join falls back to the order of the compiles
+            pass
         if b is not None:
             b["compiles"].append(row)
         self._record("xla_compile", b["compile_id"] if b is not None else None, **row)

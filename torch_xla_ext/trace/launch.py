@@ -122,10 +122,10 @@ def child_environment(out: str, environ: dict[str, str] | None = None, capture: 
 
 
 def run(command: Sequence[str], out: str, *, overwrite: bool = False, capture: str = "auto",
-        torch_trace: bool = True, progress: Callable[[str], None] | None = None) -> tuple[int, str]:
+        torch_trace: bool = True) -> tuple[int, str | None]:
     """Runs ``command`` traced into ``out``; returns (its exit status as a shell gives it, the
     trace directory). Bad input raises :class:`TraceError` before anything starts; a command that
-    cannot start returns 127/126 after saying why on stderr."""
+    cannot start returns (127 or 126, None) after saying why on stderr."""
     from torch_xla_ext.trace.lazy import CAPTURE_POLICIES
 
     if capture not in CAPTURE_POLICIES:
@@ -136,7 +136,7 @@ def run(command: Sequence[str], out: str, *, overwrite: bool = False, capture: s
         executable = resolve_command(command, env)
     except CommandError as e:
         print(f"torch-xla-ext trace: {e}", file=sys.stderr, flush=True)
-        return e.status, path
+        return e.status, None
     manifest: dict[str, Any] = {"schema": SCHEMA_VERSION, "command": list(command), "executable": executable,
                                 "cwd": os.getcwd(), "capture": capture, "start_wall": time.time(),
                                 "torch_trace": env.get("TORCH_TRACE") if torch_trace else None}

@@ -249,15 +249,17 @@ class LazyRecorder:
                                  "graph_hash": "", "inputs": None, "outputs": None, "sizes": {}})
         # Advanced by what was recorded, not to `now`: another replica thread's compile may have
         # written its analysis before its CompileTime sample (or the other way round).
+        ordinal = self._seen
         self._seen += len(rows)
         step = self.steps() + 1
         for row, sample in zip(rows, samples):
             self._k += 1
-            self._compile(row, sample, step, look, replica, sync_trigger)
+            ordinal += 1
+            self._compile(row, sample, step, look, replica, sync_trigger, ordinal)
         return len(rows)
 
     def _compile(self, row: dict[str, Any], sample: Any, step: int, look: dict[str, list[Any]] | None,
-                 replica: int, sync_trigger: dict[str, Any] | None) -> None:
+                 replica: int, sync_trigger: dict[str, Any] | None, ordinal: int) -> None:
         trig = row["trigger"]
         sig = None
         if self._pending is not None and sync_trigger is not None and trig["kind"] == sync_trigger["kind"] \
@@ -287,7 +289,8 @@ class LazyRecorder:
         elif earlier and trig["kind"] not in ("dynamo",):
             h = min(earlier, key=lambda h: _distance(h, row, sig, look))
             previous, changed = h["k"], self._changes(h, look, sig, row)
-        rec = {"ev": "compile", "k": self._k, "step": step, "t": self._now(), "graph_hash": row["graph_hash"],
+        rec = {"ev": "compile", "k": self._k, "ordinal": ordinal, "step": step, "t": self._now(),
+               "graph_hash": row["graph_hash"],
                "trigger": trig, "ms": round(sample[1] / 1e6, 3) if sample else None, "inputs": row["inputs"],
                "outputs": row["outputs"], "captured": sig is not None, "changed": changed, "previous": previous,
                "sizes": row["sizes"], "debug_offset": self.consumed_offset()}

@@ -70,6 +70,7 @@ class Recorder:
             self.dynamo.install()
         except Exception as e:  # noqa: BLE001
             self.note(f"Dynamo events not recorded: {type(e).__name__}: {e}")
+        atexit.register(self.at_exit)  # a torch-only process ends with a record too
 
     def on_torch_xla(self, module: Any) -> None:
         import torch_xla
@@ -92,7 +93,8 @@ class Recorder:
                 self.dynamo.install_bridge()
             except Exception as e:  # noqa: BLE001
                 self.note(f"openxla bridge events not recorded: {type(e).__name__}: {e}")
-        # After torch_xla's own exit handler is registered, so ours runs first (atexit is LIFO).
+        # After torch_xla's own exit handler is registered, so ours runs first (atexit is LIFO;
+        # at_exit runs once, whichever registration comes first).
         atexit.register(self.at_exit)
 
     # ---- the end ---------------------------------------------------------------------------------

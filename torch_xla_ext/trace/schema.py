@@ -110,6 +110,7 @@ class Compile:
     t: float
     graph_hash: str
     trigger: Trigger
+    ordinal: Optional[int] = None  # its sample of torch_xla's CompileTime metric (1-based, in this process)
     ms: Optional[float] = None
     inputs: Optional[int] = None
     outputs: Optional[int] = None

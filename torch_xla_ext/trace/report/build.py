@@ -95,8 +95,8 @@ def build(traces: list[RankTrace], run: dict[str, Any] | None = None, directory:
 
 
 def _compiles(t: RankTrace) -> list[dict[str, Any]]:
-    # The bridge's compiles, in order, are torch_xla's compiles of kind "dynamo", in order: the
-    # bridge keys its cache by another hash than the one torch_xla's analysis prints.
+    # The bridge's compiles are torch_xla's compiles of kind "dynamo" (the bridge keys its cache by
+    # another hash than the one torch_xla's analysis prints, so they join by CompileTime's count).
     bridge = [d for d in t.dynamo if d["what"] == "xla_compile"]
     recompile_reason = {d["compile_id"]: d["data"].get("reason") for d in t.dynamo if d["what"] == "recompile"}
     frame_of = {d["compile_id"]: d["data"].get("frame", "") for d in t.dynamo if d["what"] == "frame"}
@@ -113,10 +113,19 @@ def _compiles(t: RankTrace) -> list[dict[str, Any]]:
         records.append({"k": k, "step": last_step + 1, "graph_hash": e.graph_hash, "trigger": trig, "ms": None,
                         "inputs": e.inputs, "outputs": e.outputs, "changed": [], "previous": None, "advice": "",
                         "captured": False, "recovered": True})
+    # Each bridge compile carries CompileTime's count once it compiled: the ordinal of the lazy
+    # half's record of the same compile (the first, where a warm-up compiled nothing and repeats
+    # the count). Records without ordinals (an older writer) join in order.
+    by_ordinal: dict[int, dict[str, Any]] = {}
+    for b in bridge:
+        if b["data"].get("ordinal") is not None:
+            by_ordinal.setdefault(b["data"]["ordinal"], b)
+    in_order = iter([b for b in bridge if b["data"].get("ordinal") is None])
     out = []
-    joined = iter(bridge)
     for c in records:
-        b = next(joined, None) if c["trigger"].get("kind") == "dynamo" else None
+        b = None
+        if c["trigger"].get("kind") == "dynamo":
+            b = by_ordinal.get(c["ordinal"]) if c.get("ordinal") in by_ordinal else next(in_order, None)
         out.append(_compile_row(t, c, by_k, b, recompile_reason, frame_of))
     return out
 
