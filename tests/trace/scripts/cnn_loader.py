@@ -23,7 +23,7 @@ def main():
     labels = torch.randint(0, 10, (args.samples,))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels), batch_size=args.batch)
     model = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
     torch_xla.sync()
 

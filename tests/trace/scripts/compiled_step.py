@@ -1,5 +1,6 @@
 """A training step compiled with torch.compile(backend="openxla") that prints inside the
-compiled function (a graph break) and gets a smaller batch at one step (a recompile)."""
+compiled function (a graph break), computes a statistic with an op torch_xla runs on the CPU
+(digamma) and gets a smaller batch at one step (a recompile); each step ends in torch_xla.sync()."""
 
 import argparse
 
@@ -25,7 +26,8 @@ def main():
         print("batch", x.shape[0])
         loss.backward()
         optimizer.step()
-        return loss.detach() * 1.0
+        spread = torch.digamma(x.abs() + 1).mean()  # a statistic for the log; digamma runs on the CPU
+        return loss.detach() * 1.0, spread
 
     step = torch.compile(train_step, backend="openxla")
     for b in batches:

@@ -1,9 +1,13 @@
-"""A training step compiled whole with torch.compile(backend="openxla"): zero_grad, forward, loss,
-backward and the SGD step inside the compiled function, on a model built from a config (Qwen2,
-DistilBERT, EfficientNet-B0). ``--jump`` adds a data-dependent branch and a ``.item()`` to it.
+"""Whole training steps compiled with torch.compile(backend="openxla"): zero_grad, forward, loss,
+backward and the SGD step inside the compiled function, on models built from configs: Qwen2 and
+DistilBERT (transformers, one layer) and EfficientNet-B0's first three stages (torchvision's
+EfficientNet and MBConv blocks: the stem, MBConv1 3x3, MBConv6 3x3 x2, MBConv6 5x5, the head).
+A case with ``:jump`` adds a data-dependent branch and a ``.item()`` inside the step.
 
-``build(model, jump)`` returns the step function and its input; the traced run calls it ``--steps``
-times, and the oracle calls ``torch._dynamo.explain`` on the same function, in its own process."""
+    python dynamo_train.py --cases qwen2,qwen2:jump,distilbert:jump,efficientnet_b0 --steps 1
+
+The cases run one after another in this process, each with its own ``torch.compile`` of the same
+step function (so every case after the first is a recompile of each frame)."""
 
 import argparse
 
@@ -26,9 +30,11 @@ def _model(name):
         return (DistilBertForSequenceClassification(cfg), torch.randint(0, 128, (2, 8)),
                 lambda out: out.logits.float().pow(2).mean())
     if name == "efficientnet_b0":
-        import torchvision
+        from torchvision.models.efficientnet import EfficientNet, MBConvConfig
 
-        return (torchvision.models.efficientnet_b0(weights=None, num_classes=10), torch.randn(2, 3, 32, 32),
+        # EfficientNet-B0's first stages (expand ratio, kernel, stride, in, out, layers), as torchvision builds B0.
+        stages = [MBConvConfig(1, 3, 1, 32, 16, 1), MBConvConfig(6, 3, 2, 16, 24, 2), MBConvConfig(6, 5, 2, 24, 40, 1)]
+        return (EfficientNet(stages, dropout=0.2, num_classes=10), torch.randn(2, 3, 32, 32),
                 lambda out: out.pow(2).mean())
     raise SystemExit(f"unknown model {name}")
 
@@ -59,16 +65,17 @@ def build(name, jump):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="qwen2")
-    p.add_argument("--jump", action="store_true")
-    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--cases", default="qwen2")
+    p.add_argument("--steps", type=int, default=1)
     args = p.parse_args()
-    train_step, x = build(args.model, args.jump)
-    step = torch.compile(train_step, backend="openxla")
-    for _ in range(args.steps):
-        step(x)
-        torch_xla.sync()
-    print("done", args.model, "jump" if args.jump else "plain")
+    for case in args.cases.split(","):
+        name, _, jump = case.partition(":")
+        train_step, x = build(name, jump == "jump")
+        step = torch.compile(train_step, backend="openxla")
+        for _ in range(args.steps):
+            step(x)
+            torch_xla.sync()
+        print("done", case, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """One rank of a data-parallel job started by torchrun (RANK, WORLD_SIZE from the launcher).
-Every rank trains the same model on its own batches; the rank named by --diverge-rank gets longer
-sequences from --diverge-step on (a rank whose data loader pads differently), so it compiles a
-graph the others never do."""
+Every rank trains the same model on batches of 8 tokens; the rank named by --diverge-rank gets
+longer sequences from --diverge-step on, 4 tokens more at each step (a rank whose data loader does
+not pad), so it compiles graphs the others never do, one per step."""
 
 import argparse
 import os
@@ -15,8 +15,6 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--diverge-rank", type=int, default=1)
     p.add_argument("--diverge-step", type=int, default=3)
-    p.add_argument("--stop-rank", type=int, default=-1, help="this rank stops after --stop-step")
-    p.add_argument("--stop-step", type=int, default=2)
     args = p.parse_args()
     rank = int(os.environ["RANK"])
 
@@ -26,7 +24,7 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     torch_xla.sync()
     for step in range(1, args.steps + 1):
-        length = 12 if rank == args.diverge_rank and step >= args.diverge_step else 8
+        length = 8 + 4 * max(0, step - args.diverge_step + 1) if rank == args.diverge_rank else 8
         ids = torch.randint(0, 64, (4, length)).to(device)
         logits = model(ids)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 64), ids.reshape(-1))
@@ -34,8 +32,6 @@ def main():
         optimizer.step()
         optimizer.zero_grad()
         torch_xla.sync()
-        if rank == args.stop_rank and step == args.stop_step:
-            break
     print(f"rank {rank} done")
 
 
