@@ -5,9 +5,10 @@
 * an unusable --out is refused before the command starts, an old trace is kept unless --overwrite;
 * every Python process gets the recorder: ``python -m pkg`` whose ``torch_xla.launch`` starts its
   worker process, with a sitecustomize of the user's on PYTHONPATH that still runs in both;
-* launchers the command cannot wrap: a process started with only the environment ``--env`` prints
-  (a torch-only Dynamo script: its record, and no torch_xla imported), and one of a virtual
-  environment with the wheel's ``.pth`` hook and nothing but ``TORCH_XLA_EXT_TRACE`` set;
+* launchers the command cannot wrap: a process started with only the environment ``--env`` prints,
+  and one of a virtual environment with the wheel's ``.pth`` hook and nothing but
+  ``TORCH_XLA_EXT_TRACE`` set (torch-only Dynamo scripts: their records against Dynamo's counters,
+  and no torch_xla imported);
 * a script killed with SIGKILL mid-run (how the OOM killer ends it), or stopped by the SIGTERM a
   scheduler sends the trace command (passed on to the script), leaves a trace that reads up to its
   last step, says where and how it stopped, and still has the compile torch_xla reported after
@@ -161,7 +162,7 @@ def test_a_venv_with_the_wheel_hook_traces_with_only_the_variable_set(tmp_path):
     (site_dir / "0_stack.pth").write_text("\n".join(site.getsitepackages() + [runs.ROOT]) + "\n")
     (site_dir / startup.PTH_FILE).write_text(startup.PTH_LINE)
     script = tmp_path / "job.py"
-    script.write_text(_lazy_step(5))
+    script.write_text(_TORCH_ONLY)
     env = runs.env(TORCH_XLA_EXT_TRACE=str(tmp_path / "trace"))
     env.pop("PYTHONPATH")
     plain = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(sorted(sys.modules))"],
@@ -170,13 +171,15 @@ def test_a_venv_with_the_wheel_hook_traces_with_only_the_variable_set(tmp_path):
     assert plain.returncode == 0 and "torch_xla_ext" not in plain.stdout  # unset: the hook imports nothing
     run = subprocess.run([str(venv / "bin" / "python"), str(script)], env=env, capture_output=True, text=True,
                          timeout=600, cwd=str(tmp_path))
-    assert run.returncode == 0 and "5 15.0" in run.stdout, run.stderr[-2000:]
+    assert run.returncode == 0, run.stderr[-2000:]
+    graphs, _ = (int(v) for v in run.stdout.split()[1::2])
     render = subprocess.run([PY, "-m", "torch_xla_ext", "trace", "--report", str(tmp_path / "trace")],
                             env=runs.env(), capture_output=True, text=True, timeout=120, cwd=runs.ROOT)
     assert render.returncode == 0, render.stderr
     report = runs.load_report(tmp_path / "trace")
-    assert [c["trigger"]["kind"] for c in report["compiles"]] == ["sync", "host_read"] and report["ranks"][0]["ended"]
-    assert "2 XLA compiles" in render.stderr
+    (dyn,) = report["dynamo"]
+    assert dyn["figures"]["graphs"] == graphs > 0 and report["ranks"][0]["ended"]
+    assert "1 process, 0 XLA compiles" in render.stderr
 
 
 def test_a_script_killed_with_sigkill_leaves_a_readable_trace(tmp_path):

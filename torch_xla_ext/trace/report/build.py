@@ -38,8 +38,10 @@ DYNAMO_FIGURES = (
     ("graphs_ended_by_break", "graphs ended by a break", "len(explain().break_reasons)"),
     ("recompiles", "recompiles", "TORCH_LOGS=recompiles, compile ids N/1, N/2, ..."),
     ("aot_graphs", "AOT graphs (forward/backward/inference)", "aot_*_graph records of torch's structured trace"),
-    ("xla_partitions", "XLA graphs the bridge made", "torch_xla's DynamoExtractCompiledGraph + partitions"),
-    ("fallback_nodes", "CPU-fallback nodes", "torch_xla's executed_fallback_ops()"),
+    ("xla_partitions", "XLA graphs the bridge made", "torch_xla's dynamo_bridge.extract_internal calls (one per partition)"),
+    ("fallback_nodes", "CPU-fallback nodes",
+     "torch_xla's UnsupportedNodesCollector (the bridge's partitioner); each runs as a CPU fallback, in "
+     "executed_fallback_ops() until the next extraction clears torch_xla's counters"),
 )
 
 
