@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 EXT_SUFFIX = $$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 
-.PHONY: setup develop example test wheel bench stubs
+.PHONY: setup develop example test wheel wheels bench stubs
 
 setup:
 	@python/setup_env.sh
@@ -26,6 +26,13 @@ test: setup
 
 wheel: setup
 	@$(PY) -m pip wheel --no-deps . -w dist/
+
+# One wheel per CPython of bazel/python_configure.bzl's WHEEL_PYTHONS (3.10-3.13), each extension
+# built against that interpreter's headers (found as $$TXE_PYTHON_3_12, pyenv's, or python3.12 on
+# PATH), into dist/.
+wheels: setup
+	@bazel build $(if $(CI),--config=ci) //python:wheels
+	@mkdir -p dist && for w in bazel-bin/python/wheel*/torch_xla_ext-*.whl; do install -m 644 "$$w" dist/ && echo "dist/$$(basename $$w)"; done
 
 bench: develop
 	@for b in bench/*_bench.py; do PYTHONPATH=$(CURDIR) PJRT_DEVICE=$${PJRT_DEVICE:-CPU} $(PY) $$b || exit 1; done

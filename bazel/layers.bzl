@@ -17,13 +17,13 @@ TXE_PY_LAYERS = [
     # The package itself: `import torch_xla_ext` imports only its version.
     ("package", ["__init__.py", "version.py"], []),
     # Shared modules: no torch_xla_ext imports but errors. _dtypes (the one dtype table), _json
-    # (the one JSON encoding), _validation (pydantic validators) and _mlir_graph (below) are being
-    # added by other branches; their rows stand ready.
+    # (the one JSON encoding), _validation (the one validator of untrusted files, pydantic), _cache
+    # (the bounded cache of slow-to-make entries).
     ("errors", ["errors.py"], []),
-    ("_versions", ["_versions.py"], []),
     ("_dtypes", ["_dtypes.py"], []),
     ("_json", ["_json.py"], []),
     ("_validation", ["_validation.py"], []),
+    ("_cache", ["_cache.py"], []),
     ("_html", ["_html.py"], []),
     ("_plot", ["_plot.py"], []),
     ("_device", ["_device.py"], ["errors"]),
@@ -32,19 +32,24 @@ TXE_PY_LAYERS = [
     # module init imports errors (C++ Status -> our exception classes).
     ("_ext", [], ["errors"]),
     # The only code that touches torch_xla's and JAX's private APIs: not the extension.
-    ("_compat", ["_compat/**/*.py"], ["_json", "errors"]),
+    ("_compat", ["_compat/**/*.py"], ["_dtypes", "_json", "_validation", "errors"]),
+    # The gate: probes what _compat relies on (_compat/capabilities.py) for each feature, and
+    # that the extension loads in this CPython.
+    ("_versions", ["_versions.py"], ["_compat", "_ext", "errors"]),
+    # StableHLO text parsed (with the nesting guard) and HLO converted, for export and parity.
+    ("_mlir_text", ["_mlir_text.py"], ["_compat", "errors"]),
     # StableHLO -> the value graph (cc/graph) through jaxlib's MLIR, for export and parity.
-    ("_mlir_graph", ["_mlir_graph.py"], ["_compat"]),
+    ("_mlir_graph", ["_mlir_graph.py"], ["_compat", "_ext"]),
     # Components.
-    ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "errors"]),
+    ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "_versions", "errors"]),
     ("collectives", ["collectives.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
-    ("jax_call", ["jax_call.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
-    ("export", ["export/**/*.py"], ["_compat", "_dtypes", "_ext", "_json", "_mlir_graph", "_validation", "_versions", "errors"]),
+    ("jax_call", ["jax_call.py"], ["_cache", "_compat", "_dtypes", "_ext", "_versions", "errors"]),
+    ("export", ["export/**/*.py"], ["_cache", "_compat", "_dtypes", "_ext", "_json", "_mlir_graph", "_mlir_text", "_validation", "_versions", "errors"]),
     ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_ext", "_factory", "_html", "_json", "_plot", "_validation", "_versions", "errors"]),
     # The script trace: its recorder runs inside the user's processes (Dynamo's half through graph_breaks' watch).
-    ("trace", ["trace/**/*.py"], ["_compat", "_dtypes", "_ext", "_html", "_json", "_validation", "errors", "graph_breaks"]),
-    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_plot", "_validation", "_versions", "errors", "numerics"]),
+    ("trace", ["trace/**/*.py"], ["_compat", "_dtypes", "_ext", "_html", "_json", "_validation", "_versions", "errors", "graph_breaks"]),
+    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_mlir_text", "_plot", "_validation", "_versions", "errors", "numerics"]),
     # Composition and the command line.
     ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
-    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "doctor", "errors", "export", "graph_breaks", "numerics", "parity", "trace"]),
+    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "_json", "_versions", "doctor", "errors", "export", "graph_breaks", "numerics", "parity", "trace"]),
 ]

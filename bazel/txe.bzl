@@ -1,5 +1,7 @@
 """Project macros, so per-folder BUILD files stay short (in the manner of torch_xla's ptxla_*)."""
 
+load("//bazel:python_configure.bzl", "wheel_tag")
+
 TXE_COPTS = ["-Wextra", "-Wno-unused-parameter"]
 
 def txe_cc_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
@@ -25,17 +27,23 @@ def txe_cc_test(name, srcs, deps = [], size = "small", copts = [], **kwargs):
         **kwargs
     )
 
-def txe_pybind_extension(name, srcs, hdrs = [], deps = [], **kwargs):
-    """A pybind11 extension module `<name>.so` (linked shared, Python symbols resolved at import)."""
-    native.cc_binary(
-        name = name + ".so",
-        srcs = srcs + hdrs,
-        deps = deps + ["@local_python//:pybind11"],
-        copts = ["-fvisibility=hidden", "-fexceptions"],
-        linkshared = True,
-        linkstatic = True,
-        **kwargs
-    )
+def txe_pybind_extension(name, srcs, hdrs = [], deps = [], wheel_pythons = [], **kwargs):
+    """A pybind11 extension module `<name>.so` (linked shared, Python symbols resolved at import)
+    built against the project venv's CPython, and `<name>_cp310.so` ... for each CPython of
+    `wheel_pythons` ("3.10", ...: built against `@python_cp310`'s headers, manual: for its wheel)."""
+    variants = [("", "@local_python", [])]
+    variants += [("_" + wheel_tag(v), "@python_" + wheel_tag(v), ["manual"]) for v in wheel_pythons]
+    for suffix, python, tags in variants:
+        native.cc_binary(
+            name = name + suffix + ".so",
+            srcs = srcs + hdrs,
+            deps = deps + [python + "//:pybind11"],
+            copts = ["-fvisibility=hidden", "-fexceptions"],
+            linkshared = True,
+            linkstatic = True,
+            tags = kwargs.get("tags", []) + tags,
+            **{k: v for k, v in kwargs.items() if k != "tags"}
+        )
 
 def txe_py_packages(layers, data = {}):
     """One py_library per row of the layer table (//bazel:layers.bzl), named after the row, with
@@ -119,6 +127,27 @@ def txe_py_test(name, src, size = "small", deps = None, data = [], args = [], ta
         data = data + ["//bazel:pytest.ini"],
         size = size,
         tags = tags + ["python"],
+        python_version = "PY3",
+        srcs_version = "PY3",
+        **kwargs
+    )
+
+def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size = "medium", data = [], tags = [], **kwargs):
+    """A pytest file run inside the cached venv of another stack (`venv`: a pin file's name in
+    python/tool_requirements, e.g. "torch_2_14_1"), with the wheel (`wheel`: the one of that
+    venv's CPython) installed there with `extras`, offline, `pip check` clean; the file's
+    `prepare(out_dir)`, if any, runs first on the pinned stack (tests/stacks/run_in_venv.py).
+    Manual and exclusive (the venv comes from the registry on a cold machine), tagged
+    "stack_venv": .ci/run runs every target with that tag, so a new one needs no CI edit."""
+    native.py_test(
+        name = name,
+        srcs = ["//tests/stacks:run_in_venv.py"],
+        main = "//tests/stacks:run_in_venv.py",
+        args = ["--venv", venv] + (["--extras", extras] if extras else []) + ["$(location %s)" % src],
+        data = data + [src, wheel],
+        deps = ["//python:tool_venv", "//tests/packaging:wheels"],
+        size = size,
+        tags = tags + ["python", "manual", "exclusive", "stack_venv"],
         python_version = "PY3",
         srcs_version = "PY3",
         **kwargs

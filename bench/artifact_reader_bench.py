@@ -1,5 +1,5 @@
 """What the sandbox around MLIR's bytecode reader costs: ms per StableHLO portable artifact read
-through `_compat.stablehlo.portable_artifact_to_text` (the reader process: a request and a reply
+through `export.artifact_reader.portable_artifact_to_text` (the reader process: a request and a reply
 over pipes, on a big-stack thread there), as a ratio to the anchor measured in the same run, the
 same read in this process without a sandbox (`_compat.jax_mlir.portable_artifact_to_text`). The
 reader process's start (about 1 s: Python and jaxlib's MLIR) is paid once and printed apart.
@@ -29,7 +29,7 @@ def main() -> int:
     from jax.extend.mlir import ir
 
     from torch_xla_ext._compat import jax_mlir
-    from torch_xla_ext._compat import stablehlo as sandboxed
+    from torch_xla_ext.export import artifact_reader as sandboxed
 
     ty = "tensor<4x4xf32>"
     body = "\n".join(f"  %{i + 1} = stablehlo.add %{i}, %{i} : {ty}" for i in range(args.ops))

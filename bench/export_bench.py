@@ -65,16 +65,16 @@ def main() -> None:
     t_manifest = _median_seconds(lambda: export.bundle.from_torch_xla(tx, kinds, None, []))
     ctx, module = export.graph.parse(tx.text, "bench")
     graph = export.graph.build_graph(ctx, module, "bench")
-    declared = [("constant" if loc.type == "constant" else "parameter" if loc.type == "parameter" else "user_input", None)
-                for loc in tx.input_locations]
+    declared = [_core.DeclaredInput("constant" if loc.type == "constant" else "parameter" if loc.type == "parameter"
+                                    else "user_input") for loc in tx.input_locations]
     t_parse = _median_seconds(lambda: export.graph.parse(tx.text, "bench"))
     t_graph = _median_seconds(lambda: export.graph.build_graph(ctx, module, "bench"))
-    t_cc = _median_seconds(lambda: _core.analyze(*graph, declared), repeats=50)
-    analysis = _core.analyze(*graph, declared)
+    t_cc = _median_seconds(lambda: _core.analyze(graph, declared), repeats=50)
+    analysis = _core.analyze(graph, declared)
 
-    print(f"model: {LAYERS}-layer MLP, width {WIDTH}, batch {BATCH}; main has {graph[1]} arguments, "
-          f"{len(graph[2])} top-level ops, {len(analysis['collectives'])} all-reduces, "
-          f"{len(analysis['token_inputs'])} token argument(s)")
+    print(f"model: {LAYERS}-layer MLP, width {WIDTH}, batch {BATCH}; main has {graph.num_args} arguments, "
+          f"{len(graph.ops)} top-level ops, {len(analysis.collectives)} all-reduces, "
+          f"{len(analysis.token_inputs)} token argument(s)")
     print(f"torch_xla export (torch.export + exported_program_to_stablehlo): {t_export * 1e3:9.2f} ms  (anchor)")
     print(f"manifest + analysis (parse, graph, C++ analysis, manifest):      {t_manifest * 1e3:9.2f} ms")
     print(f"  of which MLIR parse {t_parse * 1e3:.2f} ms, graph walk {t_graph * 1e3:.2f} ms, "

@@ -1,6 +1,6 @@
 """to_jax at real sizes: GPT-2 124M (random init, ~500 MB of float32 weights) through
 ``to_jax`` + ``JaxExport.save`` + ``load_jax`` + ``call``, in a fresh process whose peak RSS
-(``resource.getrusage``) is compared with the budget 3 x float32 weights + 2 GiB (issue 19.2).
+(``resource.getrusage``) is compared with the budget 3 x float32 weights + 2 GiB.
 Anchor, measured in the same run: ``export.run`` of the same bundle in its own fresh process (load +
 compile + run), so the figures read as ratios to what running the bundle costs anyway.
 A third fresh process measures ``inline_constants(weights=True)`` + ``Bundle.save`` + ``load`` +

@@ -1,15 +1,25 @@
 """Writes the torch_xla_ext wheel (PEP 427) from files Bazel hands over; reproducible bytes.
 
 `wheel.wheelfile.WheelFile` writes the archive and its RECORD; `packaging` validates the metadata
-and makes the tag. The interpreter running this is the project venv's, the one the extension was
-built against, so its tags are the wheel's tags.
+and makes the tag. The interpreter running this is the project venv's; the extension may be built
+against another CPython (``--python-tag cp312``, `make wheels`), whose tag the wheel then carries.
+
+What it requires: the base is what every route needs (numpy, pydantic, ...: ranges, so a training
+image keeps its own); the torch stack comes through extras, so each route has an install line pip
+resolves cleanly (README, "Install"):
+
+    xla    the tested stack, requirements.txt's exact pins (torch, torch-xla, jax, jaxlib)
+    jax    jax[cpu] from the pin on, and flatbuffers (jax.export): the JAX-only route
+    torch  torch from the pin on, no torch_xla, no jax: the current-torch route
+    plot   matplotlib, for the reports' PNG plots
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import os
+import re
 import sys
 import sysconfig
 import zipfile
@@ -21,21 +31,34 @@ from packaging.requirements import Requirement
 NAME = "torch_xla_ext"
 DIST_NAME = "torch-xla-ext"
 SUMMARY = "Makes PyTorch/XLA's lowering visible and correct: export, numerics, call_jax, graph breaks."
-# Everything the package imports besides the pinned stack (_versions.STACK, exact pins from
-# requirements.txt) is a compatible range (a training image brings its own numpy): the floors are
-# jax's own, and requirements.txt's pins must lie inside them (checked here and in tests/packaging,
-# which also checks that nothing the package imports is left undeclared).
+# Everything the package imports besides the torch stack (_versions.STACK) is a compatible range
+# (a training image brings its own numpy): the floors are jax's own, and requirements.txt's pins
+# must lie inside them (checked here and in tests/packaging, which also checks that nothing the
+# package imports is left undeclared).
 RANGES = {
     "numpy": ">=1.26,<3",
     "ml-dtypes": ">=0.5.0",
     "scipy": ">=1.12",
     "safetensors": ">=0.4",  # parity's cross-process captures (never pickle)
     "jinja2": ">=3.1",  # parity's HTML page (autoescape); torch requires it too
-    "pydantic": ">=2.0",  # the schemas of saved graph-break reports and parity captures (_validation.py)
+    "pydantic": ">=2.0",  # every untrusted file's schema: bundle manifests, reports, captures (_validation.py)
+    # _validation's TypedDict and NotRequired (pydantic refuses typing's before CPython 3.12);
+    # pydantic 2.0's own floor.
+    "typing-extensions": ">=4.6.1",
 }
-# Optional features: `pip install 'torch-xla-ext[plot]'` adds the PNG plots of the reports.
+# Optional features besides the stack: `pip install 'torch-xla-ext[plot]'` adds the PNG plots.
 EXTRAS = {
     "plot": {"matplotlib": ">=3.7"},
+}
+# The extra with the tested stack, requirements.txt's exact pins.
+STACK_EXTRA = "xla"
+# jax 0.7.1 (the pin) and every later jax need CPython 3.11+: on 3.10 the stack extra installs
+# torch and torch_xla alone, and the gate refuses the JAX features there, naming jax.
+JAX_MARKER = 'python_version >= "3.11"'
+# The routes without torch_xla: {extra: {requirement: range}}, None for "from the pinned release on".
+ROUTES = {
+    "jax": {"jax[cpu]": None, "flatbuffers": ">=24.3"},  # flatbuffers: jax.export's (de)serialization
+    "torch": {"torch": None},
 }
 # Reproducible bytes: every member, RECORD included, carries this date.
 SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest a zip can say
@@ -43,11 +66,15 @@ ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
 def _load(files: dict[str, str], module: str):
-    """A module of the package from the files Bazel hands over (this runs before any install)."""
-    spec = importlib.util.spec_from_file_location(f"_txe_build_{module}", files[f"{NAME}/{module}.py"])
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """A module of the package from the files Bazel hands over (this runs before any install):
+    imported as ``torch_xla_ext.<module>`` from the source tree they lie in, so its own imports
+    of the package (``torch_xla_ext.errors``) resolve; nothing of the package is installed."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(files[f"{NAME}/{module}.py"])))
+    sys.path.insert(0, root)
+    try:
+        return importlib.import_module(f"{NAME}.{module}")
+    finally:
+        sys.path.remove(root)
 
 
 def requires(requirements: str, versions) -> tuple[list[str], str]:
@@ -56,14 +83,25 @@ def requires(requirements: str, versions) -> tuple[list[str], str]:
     with open(requirements) as f:
         pins = versions.parse_pins(f.read(), requirements)
     stack = versions.stack_pins(pins, requirements)
-    out = [f"{versions.canonical(n)}=={v}" for n, v in stack.items()]
     ranged = {**RANGES, **{n: s for reqs in EXTRAS.values() for n, s in reqs.items()}}
     for name, spec in ranged.items():
         if name not in pins:
             raise SystemExit(f"build_wheel: {requirements} pins no {name}")
         if not Requirement(name + spec).specifier.contains(pins[name]):
             raise SystemExit(f"build_wheel: {requirements} pins {name}=={pins[name]}, outside the wheel's {spec}")
-    out += [n + s for n, s in RANGES.items()]
+    out = [n + s for n, s in RANGES.items()]
+    for n, v in stack.items():
+        marker = f" and {JAX_MARKER}" if n in ("jax", "jaxlib") else ""
+        out.append(f'{versions.canonical(n)}=={v}; extra == "{STACK_EXTRA}"{marker}')
+    for extra, reqs in ROUTES.items():
+        for req, spec in reqs.items():
+            name = Requirement(req).name
+            if name not in pins:
+                raise SystemExit(f"build_wheel: {requirements} pins no {name}")
+            spec = spec or f">={pins[name]}"
+            if not Requirement(name + spec).specifier.contains(pins[name]):
+                raise SystemExit(f"build_wheel: {requirements} pins {name}=={pins[name]}, outside the wheel's {spec}")
+            out.append(f'{req}{spec}; extra == "{extra}"')
     out += [f'{n}{s}; extra == "{e}"' for e, reqs in EXTRAS.items() for n, s in reqs.items()]
     pins_file = "# The pinned torch stack, from python/requirements.txt (torch_xla_ext/_versions.py reads it).\n"
     pins_file += "".join(f"{n}=={v}\n" for n, v in stack.items())
@@ -78,7 +116,7 @@ def metadata(version: str, requires_dist: list[str]) -> bytes:
             "version": version,
             "summary": SUMMARY,
             "requires_python": ">=3.10",
-            "provides_extra": list(EXTRAS),
+            "provides_extra": [STACK_EXTRA, *ROUTES, *EXTRAS],
             "requires_dist": requires_dist,
         }
     )  # validates every field (names, versions, requirement syntax) or raises
@@ -87,8 +125,12 @@ def metadata(version: str, requires_dist: list[str]) -> bytes:
     return "".join(f"{'-'.join(w.capitalize() for w in k.split('-'))}: {v}\n" for k, v in md.as_rfc822().items()).encode()
 
 
-def tag() -> packaging.tags.Tag:
-    impl = f"cp{sys.version_info.major}{sys.version_info.minor}"
+def tag(python_tag: str | None = None) -> packaging.tags.Tag:
+    """The wheel's tag: ``python_tag`` (cp310 ... cp313: the CPython the extension was built for),
+    by default this interpreter's."""
+    impl = python_tag or f"cp{sys.version_info.major}{sys.version_info.minor}"
+    if not re.fullmatch(r"cp3\d+", impl):
+        raise SystemExit(f"build_wheel: --python-tag {impl!r} is not a CPython tag such as cp312")
     # The plain platform (linux_x86_64), as before: the shipped libraries are not manylinux-audited.
     return packaging.tags.Tag(impl, impl, sysconfig.get_platform().replace("-", "_").replace(".", "_"))
 
@@ -99,6 +141,7 @@ def main() -> int:
     p.add_argument("--requirements", required=True)
     p.add_argument("--file", action="append", default=[])
     p.add_argument("--dest", action="append", default=[])
+    p.add_argument("--python-tag", default=None, help="cp310 ... cp313 (default: this interpreter's)")
     a = p.parse_args()
     if len(a.file) != len(a.dest):
         raise SystemExit("build_wheel: --file and --dest must pair up")
@@ -106,7 +149,7 @@ def main() -> int:
     version = _load(files, "version").__version__
     versions = _load(files, "_versions")
     requires_dist, pins_file = requires(a.requirements, versions)
-    t = tag()
+    t = tag(a.python_tag)
     dist_info = f"{NAME}-{version}.dist-info"
     wheel_meta = f"Wheel-Version: 1.0\nGenerator: torch_xla_ext build_wheel\nRoot-Is-Purelib: false\nTag: {t}\n"
 

@@ -6,10 +6,11 @@ Components (one module each): ``numerics`` (a fast tensor comparator), ``export`
 ledger over Dynamo, the openxla bridge and XLA), ``parity`` (XLA-vs-CPU verdicts with an
 explanation) and ``doctor`` (all of them on one model).
 
-Importing the package never imports torch or checks versions: a JAX user with only ``jax[cpu]``
-and the wheel loads, runs and converts export bundles (``export.load``, ``run``, ``to_jax``). The
-torch side checks that torch, torch_xla and jax are the pinned versions where it is used
-(``_versions.require_torch_stack``) and raises ImportError naming what is installed and needed.
+Importing the package never imports torch or checks anything: a JAX user with only ``jax[cpu]``
+and the wheel loads, runs and converts export bundles (``export.load``, ``run``, ``to_jax``). Each
+feature checks, where it is used, that the installed stack has the upstream APIs it relies on
+(``_versions.require``) and raises ImportError naming what is missing, what is installed and what
+to do.
 """
 
 from torch_xla_ext.version import __version__

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["DType", "ROWS", "NARROW_FLOATS", "X64_ONLY", "find", "by_name", "by_mlir", "by_safetensors", "float_format", "numpy_dtype",
-           "tensor_from_numpy",
+           "tensor_from_numpy", "numpy_from_tensor",
            "name_of", "torch_dtype", "from_torch"]
 
 
@@ -122,6 +122,20 @@ def tensor_from_numpy(a: Any) -> Any:
     if name == "bool" or hasattr(np, name):
         return torch.from_numpy(a)
     return torch.from_numpy(a.view(f"uint{8 * a.dtype.itemsize}")).view(torch_dtype(name))
+
+
+def numpy_from_tensor(t: Any) -> np.ndarray:
+    """A torch tensor's values as a numpy array of the same dtype, bit for bit (copied to the host
+    when the tensor is on a device); ml_dtypes' types (bfloat16, the float8 family), which
+    ``Tensor.numpy`` refuses, move as their bits. The inverse of :func:`tensor_from_numpy`."""
+    import torch
+
+    t = t.detach().cpu()
+    row = from_torch(t.dtype)
+    if row is None or row.name == "bool" or hasattr(np, row.name):
+        return t.numpy()
+    bits = {1: torch.uint8, 2: torch.int16}[t.element_size()]
+    return t.contiguous().view(bits).numpy().view(numpy_dtype(row.name))
 
 
 def name_of(dt: Any) -> str:

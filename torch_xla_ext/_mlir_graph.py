@@ -1,6 +1,7 @@
 """The one MLIR -> value-graph walker: a ``func.func`` parsed with JAX's MLIR bindings as the value
 graph of cc/graph/graph.h, which both C++ analyses read (export's collectives analysis,
-cc/collectives/analysis.h, and parity's rounding points, cc/parity/rounding.h).
+cc/collectives/analysis.h, and parity's rounding points, cc/parity/rounding.h), and the one
+converter to the graph those analyses take (:func:`core_graph`, a ``_ext.graph.Graph``).
 
 Ops come in pre-order: an op with regions before the ops of its regions, which name it as
 ``parent``; its regions' block arguments are values it defines (``region_args``). With
@@ -29,8 +30,10 @@ from typing import Any
 import numpy as np
 
 from torch_xla_ext._compat import jax_mlir
+from torch_xla_ext._ext import graph as _core
 
-__all__ = ["COLLECTIVE_OPS", "GraphOp", "ValueGraph", "dot_dimensions", "pre_order", "tensor_type", "walk"]
+__all__ = ["COLLECTIVE_OPS", "GraphOp", "ValueGraph", "core_graph", "dot_dimensions", "pre_order", "tensor_type",
+           "walk"]
 
 COLLECTIVE_OPS = frozenset(f"stablehlo.{n}" for n in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
                                                       "collective_permute", "collective_broadcast"))
@@ -165,6 +168,17 @@ def walk(func: Any, *, nested: bool = True, error: type[Exception] = ValueError)
         graph_ops.append(g)
         next_op.append(nxt)
     return ValueGraph(name, values, types, mlir_types, num_args, ops, graph_ops, next_op, returned)
+
+
+def core_graph(g: ValueGraph) -> _core.Graph:
+    """The graph cc/graph/graph.h holds (what every C++ analysis takes), checked on the way in:
+    InvalidArgumentError naming the op when an id is out of range or used before its definition."""
+    TensorType, Op = _core.TensorType, _core.Op
+    return _core.Graph(
+        [TensorType(shape, element_type) for shape, element_type in g.value_types], g.num_args,
+        [Op(o.name, o.operands, o.results, parent=o.parent, region_args=o.region_args, reduction=o.reduction,
+            replica_groups=o.replica_groups, splat_value=o.splat, attributes=o.attributes) for o in g.graph_ops],
+        g.returned)
 
 
 def _splat_float(attr: Any) -> float | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from torch_xla_ext import _versions
 
-_versions.require_torch_stack("doctor")  # before anything here imports torch
+_versions.require("doctor")  # before anything here imports torch
 
 import dataclasses
 import math
@@ -35,10 +35,14 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from torch_xla_ext import collectives, jax_call
+from torch_xla_ext import collectives
 from torch_xla_ext import _device, _factory, _json, _plot
-from torch_xla_ext.errors import InternalError, TorchXlaExtError
-from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
+from torch_xla_ext.errors import InternalError, TorchXlaExtError, first_line
+
+if _versions.available("graph_breaks") and _versions.available("graph_breaks.openxla"):
+    from torch_xla_ext.graph_breaks import DISCARD  # where the block's print goes (a break whatever its file)
+else:  # graph_breaks cannot run here (its section says why); the block's print still needs a sink
+    DISCARD = open(os.devnull, "w")  # noqa: SIM115 - the process's, like sys.stdout
 
 __all__ = ["DoctorBlock", "DoctorReport", "SectionFailed", "example", "export_section", "graph_breaks_section",
            "jax_call_section", "json_safe", "parity_section", "run"]
@@ -67,7 +71,7 @@ class DoctorBlock(torch.nn.Module):
     all-reduce is the identity times ``SCALE``.
     """
 
-    def __init__(self, width: int = WIDTH, *, use_jax: bool = True, graph_break: bool = True,
+    def __init__(self, width: int = WIDTH, *, use_jax: bool | None = None, graph_break: bool = True,
                  fallback: bool = True, all_reduce: bool = True):
         super().__init__()
         self.norm = torch.nn.LayerNorm(width)
@@ -76,6 +80,8 @@ class DoctorBlock(torch.nn.Module):
         self.up = torch.nn.Linear(width, 2 * width)
         self.down = torch.nn.Linear(2 * width, width)
         self.register_buffer("unused", torch.ones(width))  # the argument JAX ignores
+        if use_jax is None:  # the JAX gate wherever this stack runs call_jax (not on CPython 3.10: no jax 0.7.1)
+            use_jax = _versions.available("jax_call")
         self.use_jax, self.graph_break, self.fallback, self.all_reduce = use_jax, graph_break, fallback, all_reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -88,6 +94,8 @@ class DoctorBlock(torch.nn.Module):
         h = self.down(F.gelu(self.up(x)))
         if self.use_jax:
             if x.device.type == "xla":
+                from torch_xla_ext import jax_call
+
                 h = jax_call.call_jax(_gate, (h, x, self.unused))
             else:
                 h = h * torch.sigmoid(x)
@@ -285,8 +293,6 @@ def parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
 
 def _plot_ulps(reports, path: str) -> str | None:
     """The ULP histogram PNG per dtype; None (nothing written) without matplotlib."""
-    from torch_xla_ext import _plot
-
     plt, _why = _plot.pyplot(os.path.basename(path))
     if plt is None:
         return None
@@ -314,9 +320,10 @@ def _plot_ulps(reports, path: str) -> str | None:
 
 def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
     import numpy as np
-    import torch.utils._pytree as pytree
 
+    # each section imports its components: one this stack refuses is that section's finding
     from torch_xla_ext import export, numerics
+    from torch_xla_ext._compat import pytree
     from torch_xla_ext._compat import stablehlo as _shlo
 
     bundle = export.export(model, inputs, kwargs)
@@ -347,7 +354,7 @@ def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
             eager = [t for t in pytree.tree_leaves(model(*inputs, **kwargs)) if isinstance(t, torch.Tensor)]
         stripped = export.strip_tokens(loaded)
     except Exception as e:  # the bundle exists: keep the manifest and its path in the report
-        summary = f"{head}; {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        summary = f"{head}; {first_line(e, with_type=True)}"
         raise SectionFailed(summary, "\n".join(md + ["", "```", traceback.format_exc(), "```"]),
                             {**data, "error": summary}) from e
     rows, failed = [], []
@@ -400,6 +407,8 @@ def export_section(model, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
 
 def jax_call_section(model, inputs) -> tuple[str, str, dict]:
     import torch_xla
+
+    from torch_xla_ext import jax_call  # refused with what this stack lacks: a finding
 
     dev = torch_xla.device()
     x = inputs[0].to(dev)
@@ -457,6 +466,8 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
     os.makedirs(out_dir, exist_ok=True)
     if model is None:
         name = "embedded example (DoctorBlock: attention + MLP, call_jax gate, print, digamma, all_reduce)"
+        if not _versions.available("jax_call"):
+            name = name.replace("call_jax gate, ", "") + "; the call_jax gate left out: jax_call cannot run here"
         model_fn, inputs, kwargs = example_model, example_inputs(), {}
         export_fn = lambda: _export_variant(example_model())  # noqa: E731
         gb_spec = "torch_xla_ext.doctor:example"
@@ -493,7 +504,7 @@ def run(out_dir: str = "doctor-report", *, model: str | None = None, steps: int 
             # naming what in this model it cannot handle: a finding. Anything else is a bug of
             # ours or of a library: an error, with its traceback, and the command exits 1.
             finding = isinstance(e, TorchXlaExtError) and not isinstance(e, InternalError)
-            summary = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            summary = first_line(e, with_type=True)
             if not finding:
                 summary = f"unexpected {summary}"
             md = "```\n" + traceback.format_exc() + "```"

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 __all__ = [
     "BY_CODE", "ArgumentTypeError", "FailedPreconditionError", "InternalError", "InvalidArgumentError",
-    "NotFoundError", "OutOfRangeError", "TorchXlaExtError", "UnimplementedError", "from_status",
+    "NotFoundError", "OutOfRangeError", "TorchXlaExtError", "UnimplementedError", "first_line", "from_status",
 ]
 
 
@@ -100,3 +100,26 @@ def from_status(code: str, message: str) -> TorchXlaExtError:
     if code not in BY_CODE:
         err.code = code
     return err
+
+
+def first_line(error: BaseException, *, with_type: bool = False) -> str:
+    """The one line an error message quotes of another exception: its message's first line, with
+    the lines after it joined on while the line so far is only a heading that ends in ':' (MLIR's
+    "Unable to parse module assembly:", XLA's status prefixes), three lines at most; the class name
+    when the message is empty. ``with_type`` puts the class name in front ("ValueError: ...").
+
+    Example:
+        >>> first_line(ValueError("Unable to parse module assembly:\\nerror: -:1:2: expected '{'\\nmore"))
+        "Unable to parse module assembly: error: -:1:2: expected '{'"
+        >>> first_line(RuntimeError("boom\\ntraceback..."), with_type=True)
+        'RuntimeError: boom'
+    """
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    for line in lines[1:3]:
+        if not text.endswith(":"):
+            break
+        text += " " + line
+    if not text:
+        return type(error).__name__
+    return f"{type(error).__name__}: {text}" if with_type else text

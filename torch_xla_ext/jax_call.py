@@ -28,8 +28,9 @@ module and are part of the cache key, with the function's identity, the pytree s
 tensors' shapes and dtypes, and JAX's trace context (the config that changes lowering). A call
 with a cached signature does not trace or lower again; ``cache_info()`` counts lowerings. As with
 ``jax.jit``, values the function closes over are baked in when it is first lowered, and a
-function defined anew on every step is a new cache entry each time (the cache keeps it alive
-until ``clear_cache()``).
+function defined anew on every step is a new cache entry each time. The cache keeps the
+``MAX_CACHED_SIGNATURES`` most recently used signatures (the oldest lowering goes first), and a
+lowering never holds it: a call whose signature is cached runs while another thread lowers.
 
 ``install()`` routes torch_xla's own ``xla_builder.call_jax`` (and so ``shard_as``, the SPMD
 backward of scan/XLAPatchedLinear, Pallas kernels) here; ``uninstall()`` restores it.
@@ -39,10 +40,9 @@ from __future__ import annotations
 
 from torch_xla_ext import _versions
 
-_versions.require_torch_stack("jax_call")  # before anything here imports torch
+_versions.require("jax_call")  # before anything here imports torch
 
 import dataclasses
-import threading
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -51,6 +51,7 @@ import torch
 from jax import export as _jax_export
 
 from torch_xla_ext import _dtypes
+from torch_xla_ext._cache import MakeOnceCache
 from torch_xla_ext._compat import jax_trace as _jt
 from torch_xla_ext._compat import xla_builder as _xb
 from torch_xla_ext._ext import jax_call as _core
@@ -131,10 +132,13 @@ class ParamMapping:
     table: str = dataclasses.field(repr=False, compare=False)
 
     def row(self, path: str) -> ParamRow:
+        """The row of the leaf at ``path`` ("args[0]", "kwargs['scale']"); an
+        InvalidArgumentError naming ``path`` and the leaves there are when it is not one."""
         for r in self.rows:
             if r.path == path:
                 return r
-        raise KeyError(path)
+        raise InvalidArgumentError(f"path: {path!r} is not a leaf of {self.module_name}'s arguments; its leaves are "
+                                   f"{', '.join(r.path for r in self.rows) or 'none'}")
 
     def __str__(self) -> str:
         return self.table
@@ -172,10 +176,10 @@ class _Entry:
         self.leaf_paths = leaf_paths
 
 
-_lock = threading.RLock()
-_cache: dict[Any, dict[Any, _Entry]] = {}
-_lowerings = 0
-_hits = 0
+# Lowered signatures by (function identity, signature, name): JAX traces, lowers and exports
+# outside the cache's lock, once per signature even when threads ask for it together.
+MAX_CACHED_SIGNATURES = 256
+_CACHE = MakeOnceCache(MAX_CACHED_SIGNATURES)
 
 
 def _identity(fn: Any) -> Any:
@@ -273,7 +277,6 @@ def _lower_kept(fn: Callable, specs: list, platform: str, *, keep_unused: bool):
 
 def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str | None,
            require_xla: bool) -> _Entry:
-    global _lowerings
     cc_leaves, specs, statics, paths = _classify(args, kwargs, require_xla)
     num_leaves = len(cc_leaves)
     out_tree: list[Any] = []
@@ -330,7 +333,6 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
         if not jax.config.jax_enable_x64 and any(l[2] in _dtypes.X64_ONLY for l in cc_leaves):
             e.add_note("jax_enable_x64 is off, so JAX lowers 64-bit leaves as 32-bit")
         raise
-    _lowerings += 1
     label = name or f"jax_call::{fn_name}"
     if "::" not in label:
         label = "xla::" + label
@@ -339,7 +341,6 @@ def _lower(jax_fn: Callable, args: tuple, kwargs: dict, treedef: Any, name: str 
 
 def _get_entry(jax_fn: Callable, identity: Any, args: Any, kwargs: Any, name: str | None,
                require_xla: bool) -> tuple[_Entry, list]:
-    global _hits
     if not callable(jax_fn):
         raise JaxCallArgumentError(f"jax_fn: expected a callable JAX function, got {type(jax_fn).__name__}")
     if not isinstance(args, (tuple, list)):
@@ -349,20 +350,14 @@ def _get_entry(jax_fn: Callable, identity: Any, args: Any, kwargs: Any, name: st
     if not isinstance(kwargs, dict):
         raise JaxCallArgumentError(f"kwargs: expected a dict of keyword arguments, got {type(kwargs).__name__}")
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    key = (_signature_key(leaves, treedef), name)
-    with _lock:
-        per_fn = _cache.setdefault(identity, {})
-        try:
-            entry = per_fn.get(key)
-        except TypeError:
-            _classify(args, kwargs, require_xla)  # raises naming the unhashable leaf
-            raise
-        if entry is not None:
-            _hits += 1
-            return entry, leaves
-        entry = _lower(jax_fn, args, kwargs, treedef, name, require_xla)
-        per_fn[key] = entry
-        return entry, leaves
+    key = (identity, _signature_key(leaves, treedef), name)
+    try:
+        hash(key)
+    except TypeError:
+        _classify(args, kwargs, require_xla)  # raises naming the unhashable leaf
+        raise
+    entry = _CACHE.get(key, lambda: _lower(jax_fn, args, kwargs, treedef, name, require_xla))
+    return entry, leaves
 
 
 def _constants_on(entry: _Entry, device: torch.device) -> list[torch.Tensor]:
@@ -437,19 +432,17 @@ def explain(jax_fn: Callable, args: tuple, kwargs: dict | None = None) -> ParamM
 
 def cache_info() -> CacheInfo:
     """Lowerings (cache misses), hits, and cached signatures across all functions."""
-    with _lock:
-        return CacheInfo(_lowerings, _hits, _cached_signatures())
+    made, hits, entries = _CACHE.info()
+    return CacheInfo(made, hits, entries)
 
 
 def _cached_signatures() -> int:
-    with _lock:
-        return sum(len(v) for v in _cache.values())
+    return len(_CACHE)
 
 
 def clear_cache() -> None:
     """Drops every cached lowering (the counters keep counting)."""
-    with _lock:
-        _cache.clear()
+    _CACHE.clear()
 
 
 def _installed_call_jax(jax_func, args, kwargs=None, name=None, override_hash=None):

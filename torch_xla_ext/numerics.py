@@ -20,8 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from torch_xla_ext import _dtypes, _json
-from torch_xla_ext._ext import numerics as _core
+from torch_xla_ext import _dtypes, _json, _versions
+
+_versions.require("numerics")  # the extension below is built for one CPython
+
+from torch_xla_ext._ext import numerics as _core  # noqa: E402
 from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["CompareReport", "compare", "assert_close", "default_tolerances"]

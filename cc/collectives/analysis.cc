@@ -57,21 +57,23 @@ std::string CollectiveName(const std::string& op_name) {
   return "";
 }
 
+const std::vector<std::pair<std::string, std::string>>& ReduceNames() {
+  static const auto* names = new std::vector<std::pair<std::string, std::string>>{
+      {"stablehlo.add", "sum"}, {"stablehlo.multiply", "mul"}, {"stablehlo.and", "and"},
+      {"stablehlo.or", "or"},   {"stablehlo.xor", "xor"},      {"stablehlo.minimum", "min"},
+      {"stablehlo.maximum", "max"}};
+  return *names;
+}
+
 std::string ReduceName(const std::string& reduction_op) {
-  static const std::pair<const char*, const char*> kNames[] = {
-      {"stablehlo.add", "sum"}, {"stablehlo.maximum", "max"}, {"stablehlo.minimum", "min"},
-      {"stablehlo.multiply", "mul"}, {"stablehlo.and", "and"}, {"stablehlo.or", "or"},
-      {"stablehlo.xor", "xor"}};
-  for (const auto& [op, name] : kNames) {
+  for (const auto& [op, name] : ReduceNames()) {
     if (reduction_op == op) return name;
   }
   return reduction_op;
 }
 
-Status ValidateGraph(const Graph& graph) { return graph::Validate(graph); }
-
-StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>& declared) {
-  TXE_RETURN_IF_ERROR(ValidateGraph(graph));
+StatusOr<Analysis> Analyze(const graph::Graph& graph, const std::vector<DeclaredInput>& declared) {
+  TXE_RETURN_IF_ERROR(graph::Validate(graph));
   if (static_cast<int64_t>(declared.size()) != graph.num_args) {
     return InvalidArgumentError("declared inputs: " + std::to_string(declared.size()) +
                                 " entries for a main with " + std::to_string(graph.num_args) +
@@ -84,7 +86,7 @@ StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>&
   std::vector<std::vector<Use>> uses(n);
   std::vector<int64_t> def_op(n, -1), def_result(n, -1);
   for (int64_t i = 0; i < num_ops; ++i) {
-    const Op& op = graph.ops[i];
+    const graph::Op& op = graph.ops[i];
     for (size_t k = 0; k < op.operands.size(); ++k) uses[op.operands[k]].push_back({i, static_cast<int64_t>(k)});
     for (size_t k = 0; k < op.results.size(); ++k) {
       def_op[op.results[k]] = i;
@@ -96,7 +98,7 @@ StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>&
   // Token positions, found backwards so a token's consumers are decided before its producer.
   std::vector<std::vector<bool>> is_token(num_ops);
   for (int64_t i = num_ops - 1; i >= 0; --i) {
-    const Op& op = graph.ops[i];
+    const graph::Op& op = graph.ops[i];
     is_token[i].assign(op.operands.size(), false);
     if (CollectiveName(op.name).empty()) continue;
     const size_t paired = std::min(op.operands.size(), op.results.size());
@@ -146,7 +148,7 @@ StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>&
         if (declared[v].kind == InputKind::kConstant) return declared[v].scalar_value;
         return std::nullopt;
       }
-      const Op& op = graph.ops[def_op[v]];
+      const graph::Op& op = graph.ops[def_op[v]];
       if (op.name == "stablehlo.constant") return op.splat_value;
       if (!IsTransparent(op.name) || op.operands.size() != 1) return std::nullopt;
       v = op.operands[0];
@@ -196,7 +198,7 @@ StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>&
 
   std::vector<int64_t> visit_mark(n, -1);
   for (int64_t i = 0; i < num_ops; ++i) {
-    const Op& op = graph.ops[i];
+    const graph::Op& op = graph.ops[i];
     const std::string name = CollectiveName(op.name);
     if (name.empty()) continue;
     Collective c;
@@ -229,7 +231,7 @@ StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>&
       }
       const int64_t d = def_op[v];
       if (d < 0) continue;
-      const Op& def = graph.ops[d];
+      const graph::Op& def = graph.ops[d];
       for (size_t k = 0; k < def.operands.size(); ++k) {
         if (!CollectiveName(def.name).empty() && is_token[d][k]) continue;
         stack.push_back(def.operands[k]);
@@ -248,7 +250,7 @@ StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>&
       if (k < is_token[i].size() && is_token[i][k]) continue;
       const auto& result_uses = uses[op.results[k]];
       if (result_uses.size() == 1 && result_uses[0].op_index >= 0) {
-        const Op& mul = graph.ops[result_uses[0].op_index];
+        const graph::Op& mul = graph.ops[result_uses[0].op_index];
         if (mul.name == "stablehlo.multiply" && mul.operands.size() == 2) {
           const int64_t other = mul.operands[1 - result_uses[0].operand];
           if (std::optional<double> s = constant_value(other)) {

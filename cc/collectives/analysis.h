@@ -13,10 +13,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "cc/collectives/graph.h"
 #include "cc/common/status.h"
+#include "cc/graph/graph.h"
 
 namespace txe::collectives {
 
@@ -39,7 +40,7 @@ struct DeclaredInput {
 };
 
 struct Collective {
-  int64_t op_index = -1;  // into Graph::ops
+  int64_t op_index = -1;  // into graph::Graph::ops
   std::string op;         // "all_reduce", "all_gather", "reduce_scatter", ...
   std::string reduce;     // "sum", "max", "min", "mul", "and", "or", "xor"; empty if none
   std::vector<std::vector<int64_t>> replica_groups;
@@ -61,15 +62,15 @@ struct Analysis {
 // Short name of a collective op ("stablehlo.all_reduce" -> "all_reduce"), or "" if `op_name`
 // is not a collective.
 std::string CollectiveName(const std::string& op_name);
-// "stablehlo.add" -> "sum", "stablehlo.maximum" -> "max", ...; the op name itself if unknown.
+// (reduction body op, reduce name) of every reduction the analysis names: "stablehlo.add" ->
+// "sum", "stablehlo.maximum" -> "max", ..., "stablehlo.xor" -> "xor". The one list of names.
+const std::vector<std::pair<std::string, std::string>>& ReduceNames();
+// The reduce name of a reduction body op (ReduceNames); the op name itself if unknown.
 std::string ReduceName(const std::string& reduction_op);
 
-// Checks that the graph is well formed (ids in range, each value defined once, defined before
-// use): InvalidArgument naming the op otherwise.
-Status ValidateGraph(const Graph& graph);
-
-// `declared` has one entry per main argument.
-StatusOr<Analysis> Analyze(const Graph& graph, const std::vector<DeclaredInput>& declared);
+// `declared` has one entry per main argument. The graph is checked first (graph::Validate):
+// InvalidArgument naming the op when it is malformed.
+StatusOr<Analysis> Analyze(const graph::Graph& graph, const std::vector<DeclaredInput>& declared);
 
 }  // namespace txe::collectives
 

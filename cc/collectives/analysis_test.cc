@@ -19,7 +19,7 @@ class Builder {
   std::vector<int64_t> Add(std::string name, std::vector<int64_t> operands,
                            std::vector<std::vector<int64_t>> result_shapes,
                            std::string reduction = "", std::optional<double> splat = std::nullopt) {
-    Op op;
+    graph::Op op;
     op.name = std::move(name);
     op.operands = std::move(operands);
     op.reduction = std::move(reduction);
@@ -31,13 +31,13 @@ class Builder {
     g_.ops.push_back(op);
     return g_.ops.back().results;
   }
-  Graph& Return(std::vector<int64_t> values) {
+  graph::Graph& Return(std::vector<int64_t> values) {
     g_.returned = std::move(values);
     return g_;
   }
 
  private:
-  Graph g_;
+  graph::Graph g_;
 };
 
 std::vector<DeclaredInput> Declared(std::vector<InputKind> kinds) {
@@ -56,7 +56,7 @@ TEST(AnalyzeTest, TokenFromStructureAndScale) {
   const int64_t mul = b.Add("stablehlo.multiply", {x, w}, {{2}})[0];
   auto ar = b.Add("stablehlo.all_reduce", {mul, token}, {{2}, {}}, "stablehlo.add");
   const int64_t out = b.Add("stablehlo.multiply", {ar[0], cst}, {{2}})[0];
-  Graph& g = b.Return({out});
+  graph::Graph& g = b.Return({out});
 
   auto a = Analyze(g, Declared({InputKind::kConstant, InputKind::kParameter, InputKind::kUserInput}));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -80,7 +80,7 @@ TEST(AnalyzeTest, ScalarWhoseResultIsUsedIsNotAToken) {
   const int64_t s = b.Arg({});
   const int64_t x = b.Arg({3});
   auto ar = b.Add("stablehlo.all_reduce", {x, s}, {{3}, {}}, "stablehlo.maximum");
-  Graph& g = b.Return({ar[0], ar[1]});
+  graph::Graph& g = b.Return({ar[0], ar[1]});
   auto a = Analyze(g, Declared({InputKind::kConstant, InputKind::kUserInput}));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->input_kinds[0], InputKind::kConstant);
@@ -102,7 +102,7 @@ TEST(AnalyzeTest, TokenChain) {
   const int64_t scaled = b.Add("stablehlo.multiply", {bcast, ar1[0]}, {{4}})[0];
   const int64_t sum = b.Add("stablehlo.add", {scaled, y}, {{4}})[0];
   auto ar2 = b.Add("stablehlo.all_reduce", {sum, ar1[1]}, {{4}, {}}, "stablehlo.minimum");
-  Graph& g = b.Return({ar2[0]});
+  graph::Graph& g = b.Return({ar2[0]});
   auto a = Analyze(g, Declared({InputKind::kConstant, InputKind::kUserInput, InputKind::kUserInput}));
   ASSERT_TRUE(a.ok());
   ASSERT_EQ(a->collectives.size(), 2u);
@@ -200,7 +200,7 @@ TEST(AnalyzeTest, AddedScalarWithOtherUsesIsNotAToken) {
 }
 
 TEST(AnalyzeTest, RejectsMalformedGraphs) {
-  Graph g;
+  graph::Graph g;
   g.values = {{{}, "f32"}};
   g.num_args = 1;
   g.ops.push_back({"stablehlo.add", {0, 5}, {}, "", {}, std::nullopt});
@@ -209,7 +209,7 @@ TEST(AnalyzeTest, RejectsMalformedGraphs) {
   EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(a.status().message().find("op 0 (stablehlo.add)"), std::string::npos);
 
-  Graph g2;
+  graph::Graph g2;
   g2.values = {{{}, "f32"}};
   g2.num_args = 1;
   auto a2 = Analyze(g2, Declared({}));

@@ -1,92 +1,130 @@
-// A stand-in for the three places in a torch_xla fork that call torch_xla_ext's C++ hooks:
+// A stand-in for the places in a torch_xla fork that call torch_xla_ext's C++ hooks, with the
+// signatures of the live fork (tenstorrent/pytorch-xla, which leaves xla_graph_executor.cpp as
+// upstream has it and changes the runtime):
 //
-//   * its all-reduce lowering (torch_xla's BuildAllReduce)        -> cc/collectives/hooks.h
-//   * its dynamo bridge: CPU-fallback partitioning, then compile
-//     and execute of each XLA partition                             -> cc/graph_breaks/hooks.h
-//   * its call_jax lowering (the user computation JAX produced)    -> cc/jax_call/param_mapping.h
+//   * torch_xla/csrc/runtime/stablehlo_helper.cpp   ConvertHloToStableHlo(proto, mlir_module)
+//   * torch_xla/csrc/runtime/pjrt_computation_client.cpp
+//       PjRtComputationClient::Compile               -> all-reduce typing (cc/collectives) right
+//                                                       after ConvertHloToStableHlo, and compile
+//                                                       accounting (cc/graph_breaks/hooks.h)
+//       PjRtComputationClient::ExecuteComputation    -> execute accounting
+//       PjRtComputationClient::ReplicateShardedData  -> compiles through Compile, so its uncached
+//                                                       compile per sharded .to("cpu") shows
+//                                                       (pytorch/xla#9751)
+//   * torch_xla/csrc/aten_fallback.cpp               xla_fallback(op, stack): the CPU fallback the
+//                                                       dynamo bridge leaves ops to
+//   * the call_jax lowering (the user computation JAX produced) -> cc/jax_call/param_mapping.h
 //
-// It uses only the public headers and the //cc/<component> targets, exactly as a fork does
-// through @txe//cc/<component>. docs/FORK.md quotes this code; keep the two in sync.
+// Types the example cannot have (mlir::ModuleOp, xla::XlaComputation, PjRt buffers,
+// c10::OperatorHandle, absl::Span) are small stand-ins named after them; xla::HloModuleProto is
+// XLA's own message (//third_party/xla). It uses only the public headers and the //cc/<component>
+// targets, exactly as a fork does through @txe//cc/<component>. docs/FORK.md quotes this code.
 #ifndef TXE_EXAMPLES_FORK_FORK_LOWERING_H_
 #define TXE_EXAMPLES_FORK_FORK_LOWERING_H_
 
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <set>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cc/common/status.h"
+#include "cc/graph/graph.h"
 #include "cc/jax_call/param_mapping.h"
+#include "xla/service/hlo.pb.h"
 
 namespace xla_fork {
 
-// ---- 1. all-reduce lowering ---------------------------------------------------------------
+// ---- runtime/stablehlo_helper.cpp ---------------------------------------------------------------
 
-struct AllReduceOp {
-  std::string reduce = "sum";  // "sum", "max", "min", "mul", "and", "or"
-  double scale = 1.0;
-  std::vector<std::vector<int64_t>> groups;  // empty: all replicas
+// The fork's mlir::ModuleOp, as torch_xla_ext reads it: `main`'s value graph (cc/graph/graph.h),
+// which the fork fills from a walk of its MLIR module.
+struct ModuleOp {
+  txe::graph::Graph main;
 };
 
-// What the lowering emitted, as a fork's IR builder would see it.
-struct LoweredAllReduce {
-  std::string emitted;   // "all_reduce", "all_reduce+multiply" or "clone"
-  double applied_scale = 1.0;
-  int64_t sequence = -1; // the hook's sequence number for this call
+// `void ConvertHloToStableHlo(const xla::HloModuleProto* proto, mlir::ModuleOp* mlir_module)`:
+// HLO -> MHLO -> StableHLO in the fork (XLA's passes; the fork's ConvertStableHloToSdy may follow).
+// The stand-in converts the entry computation's instructions it knows (parameter, constant,
+// broadcast, convert, add, multiply, all-reduce, get-tuple-element, tuple) into their StableHLO
+// ops; anything else is InvalidArgument naming the instruction. (The fork's returns void and
+// XLA_CHECKs.)
+txe::Status ConvertHloToStableHlo(const xla::HloModuleProto* proto, ModuleOp* mlir_module);
+
+// Each all-reduce of a converted module, typed by cc/collectives' analysis (reduce, replica
+// groups, token operand, the scale multiplied in after it) and recorded through
+// txe::collectives::RecordAllReduce.
+txe::Status TypeAllReduces(const ModuleOp& module, int64_t world_size);
+
+// ---- runtime/pjrt_computation_client.cpp --------------------------------------------------------
+
+// ComputationClient::CompileInstance (its computation is an xla::XlaComputation; proto() here).
+struct CompileInstance {
+  xla::HloModuleProto computation;
+  std::string compilation_device;
+  bool is_sharded = false;
 };
 
-// Lowers one all-reduce over `world_size` replicas and records it through
-// txe::collectives::RecordAllReduce. Like upstream torch_xla 2.9, a single replica lowers to a
-// clone and the scale is dropped: the hook records requested 0.25 next to applied 1.0, which is
-// how the drop becomes visible to tools.
-txe::StatusOr<LoweredAllReduce> LowerAllReduce(const AllReduceOp& op, int64_t world_size);
+// ComputationClient::Computation / PjRtComputation: what Compile returns.
+struct Computation {
+  std::string name;  // the HLO module's name
+  std::string hash;  // a fingerprint of the HLO module (the accounting key, with the name)
+  ModuleOp module;   // what was compiled (the fork: the StableHLO module handed to CompileAndLoad)
+};
+using ComputationPtr = std::shared_ptr<Computation>;
 
-// ---- 2. dynamo bridge ----------------------------------------------------------------------
+// ComputationClient::Data: PjRtData (one buffer) or PjRtShardedData (shards and an OpSharding).
+struct Data {
+  std::string device;
+  std::vector<int64_t> shape;
+  bool sharded = false;  // shards over the devices, not replicated
+};
+using DataPtr = std::shared_ptr<Data>;
 
-struct FxNode {
-  std::string name;     // "add_1"
-  std::string aten_op;  // "aten::add.Tensor"
+struct ExecuteComputationOptions {
+  bool eager_mode = false;
 };
 
-struct FxGraph {
-  std::vector<FxNode> nodes;
-};
-
-// One XLA partition of an FX graph: the consecutive nodes XLA supports.
-struct Partition {
-  std::vector<FxNode> nodes;
-  std::string graph_hash;  // hex, the compile cache key
-};
-
-struct BridgeRun {
-  std::vector<Partition> partitions;
-  std::vector<std::string> fallback_ops;  // the nodes left to eager (CPU fallback), in order
-  int64_t compiles = 0;                   // cache misses in this run
-  int64_t cached_compiles = 0;
-};
-
-// The bridge's per-process state: which aten ops lower to XLA, and the compile cache.
-// Thread-safe (a fork's bridge runs on whichever thread Dynamo calls the backend from).
-class DynamoBridge {
+class PjRtComputationClient {
  public:
-  explicit DynamoBridge(std::set<std::string> xla_ops) : xla_ops_(std::move(xla_ops)) {}
+  explicit PjRtComputationClient(int64_t device_count) : device_count_(device_count) {}
 
-  // Splits `graph` at the ops XLA does not support (they run eagerly on the CPU), compiles each
-  // XLA partition unless it is cached, and executes everything in order.
-  txe::StatusOr<BridgeRun> Run(const FxGraph& graph);
+  // std::vector<ComputationPtr> Compile(std::vector<CompileInstance> instances). (The fork throws
+  // a Python ValueError where the stand-in returns a Status.)
+  txe::StatusOr<std::vector<ComputationPtr>> Compile(std::vector<CompileInstance> instances);
+
+  // std::vector<DataPtr> ExecuteComputation(const Computation&, absl::Span<const DataPtr>
+  // arguments, const std::string& device, const ExecuteComputationOptions&).
+  std::vector<DataPtr> ExecuteComputation(const Computation& computation, const std::vector<DataPtr>& arguments,
+                                          const std::string& device, const ExecuteComputationOptions& options);
+
+  // std::shared_ptr<PjRtData> ReplicateShardedData(const DataPtr& handle): a sharded handle is
+  // gathered by compiling and running an identity graph whose output is replicated.
+  txe::StatusOr<DataPtr> ReplicateShardedData(const DataPtr& handle);
+
+  // What `tensor.to("cpu")` reaches: each handle replicated (above), then copied to the host.
+  txe::StatusOr<std::vector<DataPtr>> TransferFromDevice(const std::vector<DataPtr>& handles);
+
+  std::string GetDefaultDevice() const { return "TT:0"; }
+  int64_t device_count() const { return device_count_; }
 
  private:
-  // Returns true on a cache hit.
-  bool CompileOrHit(const std::string& graph_hash);
-
-  const std::set<std::string> xla_ops_;
-  std::mutex mu_;
-  std::set<std::string> compiled_;  // graph hashes in the compile cache
+  const int64_t device_count_;
 };
 
-// ---- 3. call_jax lowering ------------------------------------------------------------------
+// ---- aten_fallback.cpp --------------------------------------------------------------------------
+
+// c10::OperatorHandle and torch::jit::Stack, reduced to what the fallback reads.
+struct OperatorHandle {
+  std::string operator_name;  // c10::toString(op.operator_name()), e.g. "aten::digamma"
+};
+struct Stack {};
+
+// `void xla_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)`: the boxed kernel
+// of every op without an XLA lowering (what the dynamo bridge's partitioner leaves to eager runs
+// here too), before at::native::cpu_fallback.
+void xla_fallback(const OperatorHandle& op, Stack* stack);
+
+// ---- the call_jax lowering ----------------------------------------------------------------------
 
 // What torch_xla's call_jax hands the lowering: the HloModuleProto JAX produced and what JAX
 // reported while lowering it (kept_var_idx, hoisted constants), plus the caller's pytree leaves.
@@ -108,6 +146,14 @@ struct CallJaxOperand {
 // Checks the module against the request before any tensor is wired to a parameter; the error
 // names the pytree path of the offending leaf (or output).
 txe::StatusOr<std::vector<CallJaxOperand>> LowerCallJax(const CallJaxRequest& request);
+
+// ---- test support -------------------------------------------------------------------------------
+
+// An HloModuleProto `name`: f32[n] x, f32[] token -> all-reduce(x, token) over `groups` with
+// `reduction` ("add", "maximum", ...), then times a broadcast constant `scale` unless it is 1 (as
+// torch_xla lowers xm.all_reduce with a scale).
+xla::HloModuleProto AllReduceModule(const std::string& name, int64_t n, const std::string& reduction, double scale,
+                                    const std::vector<std::vector<int64_t>>& groups = {});
 
 }  // namespace xla_fork
 

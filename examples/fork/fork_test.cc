@@ -1,17 +1,19 @@
 // Drives the fork stand-in the way torch_xla would and asserts what torch_xla_ext's hooks
-// recorded: all-reduce calls (cc/collectives), graph-break ledger rows (cc/graph_breaks) and the
-// call_jax parameter mapping (cc/jax_call).
+// recorded: all-reduces typed after ConvertHloToStableHlo (cc/collectives), compiles, executions,
+// transfers and fallback ops in the graph-break ledger (cc/graph_breaks), and the call_jax
+// parameter mapping (cc/jax_call).
 #include "examples/fork/fork_lowering.h"
 
 #include <array>
-#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "cc/collectives/analysis.h"
 #include "cc/collectives/hooks.h"
 #include "cc/graph_breaks/hooks.h"
 #include "cc/graph_breaks/ledger.h"
@@ -26,82 +28,7 @@ namespace tc = txe::collectives;
 namespace gb = txe::graph_breaks;
 namespace jc = txe::jax_call;
 
-// ---- all-reduce lowering -> cc/collectives ------------------------------------------------
-
-TEST(ForkAllReduceTest, SingleReplicaDropsTheScaleAndTheHookShowsIt) {
-  const int64_t start = tc::NextAllReduceSequence();
-  auto lowered = LowerAllReduce({"sum", 0.25, {}}, /*world_size=*/1);
-  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
-  EXPECT_EQ(lowered->emitted, "clone");
-  EXPECT_EQ(lowered->sequence, start);
-
-  std::vector<tc::AllReduceCall> calls = tc::RecordedAllReducesSince(start);
-  ASSERT_EQ(calls.size(), 1u);
-  EXPECT_EQ(calls[0].reduce, "sum");
-  EXPECT_EQ(calls[0].requested_scale, 0.25);  // what the model asked for ...
-  EXPECT_EQ(calls[0].applied_scale, 1.0);     // ... and what the lowering multiplied in
-  EXPECT_EQ(calls[0].lowering, "clone");
-  EXPECT_EQ(calls[0].world_size, 1);
-  EXPECT_TRUE(calls[0].replica_groups.empty());
-  EXPECT_EQ(calls[0].sequence, start);
-}
-
-TEST(ForkAllReduceTest, MultiReplicaAppliesTheScaleAndObserversSeeEveryCall) {
-  std::vector<tc::AllReduceCall> observed;
-  const int64_t observer = tc::AddAllReduceObserver([&](const tc::AllReduceCall& c) { observed.push_back(c); });
-  const int64_t start = tc::NextAllReduceSequence();
-
-  auto scaled = LowerAllReduce({"sum", 0.5, {{0, 1}, {2, 3}}}, /*world_size=*/4);
-  auto plain = LowerAllReduce({"max", 1.0, {}}, /*world_size=*/4);
-  ASSERT_TRUE(scaled.ok() && plain.ok());
-  EXPECT_EQ(scaled->emitted, "all_reduce+multiply");
-  EXPECT_EQ(plain->emitted, "all_reduce");
-  ASSERT_TRUE(tc::RemoveAllReduceObserver(observer).ok());
-  EXPECT_EQ(tc::RemoveAllReduceObserver(observer).code(), txe::StatusCode::kNotFound);
-
-  std::vector<tc::AllReduceCall> calls = tc::RecordedAllReducesSince(start);
-  ASSERT_EQ(calls.size(), 2u);
-  EXPECT_EQ(calls[0].applied_scale, 0.5);
-  EXPECT_EQ(calls[0].replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
-  EXPECT_EQ(calls[0].lowering, "all_reduce+multiply");
-  EXPECT_EQ(calls[1].reduce, "max");
-  EXPECT_EQ(calls[1].sequence, calls[0].sequence + 1);
-  ASSERT_EQ(observed.size(), 2u);
-  EXPECT_EQ(observed[0].sequence, calls[0].sequence);
-  EXPECT_EQ(observed[1].lowering, "all_reduce");
-}
-
-TEST(ForkAllReduceTest, InvalidCallsAreTypedErrorsAndNotRecorded) {
-  const int64_t start = tc::NextAllReduceSequence();
-  auto nan = LowerAllReduce({"sum", std::nan(""), {}}, 4);
-  ASSERT_FALSE(nan.ok());
-  EXPECT_EQ(nan.status().code(), txe::StatusCode::kInvalidArgument);
-  EXPECT_EQ(nan.status().message(), "AllReduceCall scale is not finite");
-  auto world = LowerAllReduce({"sum", 1.0, {}}, 0);
-  ASSERT_FALSE(world.ok());
-  EXPECT_EQ(world.status().message(), "AllReduceCall.world_size 0 < 1");
-  auto reduce = LowerAllReduce({"", 1.0, {}}, 2);
-  EXPECT_EQ(reduce.status().message(), "AllReduceCall.reduce is empty");
-  EXPECT_TRUE(tc::RecordedAllReducesSince(start).empty());
-  EXPECT_EQ(tc::NextAllReduceSequence(), start);
-}
-
-TEST(ForkAllReduceTest, ConcurrentLoweringsGetDistinctSequenceNumbers) {
-  const int64_t start = tc::NextAllReduceSequence();
-  constexpr int kThreads = 4, kCalls = 500;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([] {
-      for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(LowerAllReduce({"sum", 0.5, {}}, 2).ok());
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::vector<tc::AllReduceCall> calls = tc::RecordedAllReducesSince(start);
-  ASSERT_EQ(calls.size(), size_t{kThreads * kCalls});
-  for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(calls[i].sequence, start + static_cast<int64_t>(i));
-}
-
-// ---- dynamo bridge -> cc/graph_breaks -----------------------------------------------------
+// ---- shared helpers -----------------------------------------------------------------------
 
 // What torch_xla_ext.graph_breaks.account() does around its region.
 class HooksOn {
@@ -116,12 +43,12 @@ int64_t Delta(const Counts& before, const Counts& after, gb::Kind k) {
   return after[static_cast<int>(k)] - before[static_cast<int>(k)];
 }
 
-// (kind, key, reason, file, line) -> count, over the process-wide ledger.
-using Rows = std::map<std::tuple<int, std::string, std::string, std::string, int>, int64_t>;
+// (kind, key, file, line) -> count, over the process-wide ledger.
+using Rows = std::map<std::tuple<int, std::string, std::string, int>, int64_t>;
 Rows AggregateRows() {
   Rows rows;
   for (const gb::Aggregate& a : gb::GlobalLedger().Aggregates()) {
-    rows[{static_cast<int>(a.kind), a.key, a.reason, a.file, a.line}] += a.count;
+    rows[{static_cast<int>(a.kind), a.key, a.file, a.line}] += a.count;
   }
   return rows;
 }
@@ -136,93 +63,169 @@ Rows RowDelta(const Rows& before, const Rows& after) {
   return out;
 }
 
-// mm -> add -> digamma (no XLA lowering: CPU fallback) -> mul -> sum.
-FxGraph ExampleGraph(const std::string& fallback_op = "aten::digamma") {
-  return FxGraph{{{"mm", "aten::mm"},
-                  {"add", "aten::add.Tensor"},
-                  {"digamma", fallback_op},
-                  {"mul", "aten::mul.Tensor"},
-                  {"sum", "aten::sum"}}};
-}
-std::set<std::string> XlaOps() { return {"aten::mm", "aten::add.Tensor", "aten::mul.Tensor", "aten::sum"}; }
+CompileInstance Instance(xla::HloModuleProto module) { return {std::move(module), "TT:0", false}; }
 
-TEST(ForkDynamoBridgeTest, PartitionsCompilesAndExecutesAsRecorded) {
-  DynamoBridge bridge(XlaOps());
+// ---- Compile: all-reduce typing after ConvertHloToStableHlo -> cc/collectives ------------
+
+TEST(ForkCompileTest, ConvertHloToStableHloGivesMainsValueGraph) {
+  ModuleOp module;
+  xla::HloModuleProto proto = AllReduceModule("scaled", 4, "add", 0.25);
+  ASSERT_TRUE(ConvertHloToStableHlo(&proto, &module).ok());
+  const txe::graph::Graph& g = module.main;
+  EXPECT_EQ(g.num_args, 2);
+  std::vector<std::string> ops;
+  for (const txe::graph::Op& op : g.ops) ops.push_back(op.name);
+  EXPECT_EQ(ops, (std::vector<std::string>{"stablehlo.all_reduce", "stablehlo.constant",
+                                           "stablehlo.broadcast_in_dim", "stablehlo.multiply"}));
+  EXPECT_EQ(g.ops[0].reduction, "stablehlo.add");
+  EXPECT_EQ(g.ops[0].results.size(), 2u);  // the data and torch_xla's token
+  ASSERT_TRUE(g.ops[1].splat_value.has_value());
+  EXPECT_EQ(*g.ops[1].splat_value, 0.25);
+  EXPECT_EQ(g.returned, g.ops[3].results);
+}
+
+TEST(ForkCompileTest, EveryCompiledAllReduceIsTypedAndRecorded) {
+  PjRtComputationClient client(/*device_count=*/4);
+  const int64_t start = tc::NextAllReduceSequence();
+  std::vector<CompileInstance> instances;
+  instances.push_back(Instance(AllReduceModule("grad_sync", 8, "add", 0.5, {{0, 1}, {2, 3}})));
+  instances.push_back(Instance(AllReduceModule("max_norm", 8, "maximum", 1.0)));
+  auto computations = client.Compile(std::move(instances));
+  ASSERT_TRUE(computations.ok()) << computations.status().ToString();
+  ASSERT_EQ(computations->size(), 2u);
+
+  std::vector<tc::AllReduceCall> calls = tc::RecordedAllReducesSince(start);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].reduce, "sum");
+  EXPECT_EQ(calls[0].applied_scale, 0.5);  // the multiply after the reduce, found by the analysis
+  EXPECT_EQ(calls[0].requested_scale, 0.5);
+  EXPECT_EQ(calls[0].lowering, "all_reduce+multiply");
+  EXPECT_EQ(calls[0].replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(calls[0].world_size, 4);
+  EXPECT_EQ(calls[1].reduce, "max");
+  EXPECT_EQ(calls[1].applied_scale, 1.0);
+  EXPECT_EQ(calls[1].lowering, "all_reduce");
+  EXPECT_EQ(calls[1].sequence, calls[0].sequence + 1);
+  // The token operand torch_xla adds is found by structure (its result is unused).
+  auto analysis = tc::Analyze((*computations)[0]->module.main, std::vector<tc::DeclaredInput>(2));
+  ASSERT_TRUE(analysis.ok());
+  EXPECT_EQ(analysis->collectives[0].token_input, std::optional<int64_t>(1));
+}
+
+TEST(ForkCompileTest, AModuleTheConversionCannotReadIsATypedErrorAndRecordsNoCall) {
+  PjRtComputationClient client(2);
+  const int64_t start = tc::NextAllReduceSequence();
+  xla::HloModuleProto bad = AllReduceModule("bad", 4, "add", 0.5);
+  bad.mutable_computations(1)->mutable_instructions(2)->set_operand_ids(0, 999);  // the all-reduce's data
+  std::vector<CompileInstance> instances;
+  instances.push_back(Instance(bad));
+  auto computations = client.Compile(std::move(instances));
+  ASSERT_FALSE(computations.ok());
+  EXPECT_EQ(computations.status().code(), txe::StatusCode::kInvalidArgument);
+  EXPECT_NE(computations.status().message().find("instruction all-reduce.12: operand 999"), std::string::npos)
+      << computations.status().message();
+  EXPECT_TRUE(tc::RecordedAllReducesSince(start).empty());
+  xla::HloModuleProto no_entry = AllReduceModule("no_entry", 4, "add", 1.0);
+  no_entry.set_entry_computation_id(7);
+  ModuleOp module;
+  EXPECT_EQ(ConvertHloToStableHlo(&no_entry, &module).message(), "HloModuleProto no_entry: no entry computation 7");
+}
+
+// ---- Compile / ExecuteComputation: accounting -> cc/graph_breaks -------------------------
+
+TEST(ForkRuntimeTest, CompilesAndExecutionsAreCountedWithTheirKeyAndSite) {
+  PjRtComputationClient client(1);
   HooksOn hooks;
   const Counts c0 = KindCounts();
   const Rows r0 = AggregateRows();
-  auto first = bridge.Run(ExampleGraph());
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::vector<CompileInstance> instances;
+  instances.push_back(Instance(AllReduceModule("step", 16, "add", 1.0)));
+  auto computations = client.Compile(std::move(instances));
+  ASSERT_TRUE(computations.ok());
+  const Computation& step = *(*computations)[0];
+  auto x = std::make_shared<Data>(Data{"TT:0", {16}});
+  for (int i = 0; i < 3; ++i) client.ExecuteComputation(step, {x, x}, "TT:0", {});
   const Counts c1 = KindCounts();
-  const Rows r1 = AggregateRows();
-
-  ASSERT_EQ(first->partitions.size(), 2u);
-  EXPECT_EQ(first->fallback_ops, std::vector<std::string>{"aten::digamma"});
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kFxGraph), 1);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kXlaPartition), 2);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kFallbackNode), 1);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kFallbackOp), 1);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kCompile), 2);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kCachedCompile), 0);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kExecute), 2);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kGraphBreak), 0);
-
-  // Rows carry the key (aten op, graph hash), the reason (FX node name) and the fork's frame.
-  const Rows d1 = RowDelta(r0, r1);
-  int fallback_rows = 0, compile_rows = 0;
-  for (const auto& [row, n] : d1) {
-    const auto& [kind, key, reason, file, line] = row;
+  EXPECT_EQ(Delta(c0, c1, gb::Kind::kCompile), 1);
+  EXPECT_EQ(Delta(c0, c1, gb::Kind::kExecute), 3);
+  const std::string key = "step/" + step.hash;
+  int rows = 0;
+  for (const auto& [row, n] : RowDelta(r0, AggregateRows())) {
+    const auto& [kind, k, file, line] = row;
+    EXPECT_EQ(k, key);
     EXPECT_NE(file.find("examples/fork/fork_lowering.cc"), std::string::npos) << file;
     EXPECT_GT(line, 0);
-    if (kind == static_cast<int>(gb::Kind::kFallbackNode)) {
-      ++fallback_rows;
-      EXPECT_EQ(key, "aten::digamma");
-      EXPECT_EQ(reason, "digamma");
-      EXPECT_EQ(n, 1);
-    }
-    if (kind == static_cast<int>(gb::Kind::kCompile)) {
-      ++compile_rows;
-      EXPECT_TRUE(key == first->partitions[0].graph_hash || key == first->partitions[1].graph_hash) << key;
+    EXPECT_EQ(n, kind == static_cast<int>(gb::Kind::kExecute) ? 3 : 1);
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2);
+}
+
+TEST(ForkRuntimeTest, EverySharedTransferToHostCompilesTheIdentityGraphAgain) {
+  // pytorch/xla#9751: ReplicateShardedData compiles (uncached) and runs an identity graph for
+  // every sharded tensor brought to the host; Compile's accounting shows each one.
+  PjRtComputationClient client(8);
+  HooksOn hooks;
+  auto sharded = std::make_shared<Data>(Data{"SPMD:0", {64, 32}, /*sharded=*/true});
+  auto replicated = std::make_shared<Data>(Data{"SPMD:0", {64, 32}});
+  const Counts c0 = KindCounts();
+  const Rows r0 = AggregateRows();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(client.TransferFromDevice({sharded}).ok());
+  ASSERT_TRUE(client.TransferFromDevice({replicated}).ok());  // no identity graph for this one
+  const Counts c1 = KindCounts();
+  EXPECT_EQ(Delta(c0, c1, gb::Kind::kCompile), 3);  // the same graph, compiled three times
+  EXPECT_EQ(Delta(c0, c1, gb::Kind::kCachedCompile), 0);
+  EXPECT_EQ(Delta(c0, c1, gb::Kind::kExecute), 3);
+  EXPECT_EQ(Delta(c0, c1, gb::Kind::kTransferToHost), 4);
+  std::set<std::string> compiled;
+  for (const auto& [row, n] : RowDelta(r0, AggregateRows())) {
+    if (std::get<0>(row) == static_cast<int>(gb::Kind::kCompile)) {
+      compiled.insert(std::get<1>(row));
+      EXPECT_EQ(n, 3);
     }
   }
-  EXPECT_EQ(fallback_rows, 1);
-  EXPECT_EQ(compile_rows, 2);
-
-  // The ring keeps the run's events in order: partition 0 executes, the fallback op, partition 1.
-  std::vector<gb::Event> recent = gb::GlobalLedger().RecentEvents();
-  ASSERT_GE(recent.size(), 3u);
-  const gb::Event* tail = &recent[recent.size() - 3];
-  EXPECT_EQ(tail[0].kind, gb::Kind::kExecute);
-  EXPECT_EQ(tail[0].key, first->partitions[0].graph_hash);
-  EXPECT_EQ(tail[1].kind, gb::Kind::kFallbackOp);
-  EXPECT_EQ(tail[1].key, "aten::digamma");
-  EXPECT_EQ(tail[2].kind, gb::Kind::kExecute);
-  EXPECT_EQ(tail[2].key, first->partitions[1].graph_hash);
-
-  // The same graph again: both partitions hit the compile cache.
-  auto second = bridge.Run(ExampleGraph());
-  ASSERT_TRUE(second.ok());
-  const Counts c2 = KindCounts();
-  EXPECT_EQ(second->cached_compiles, 2);
-  EXPECT_EQ(Delta(c1, c2, gb::Kind::kCompile), 0);
-  EXPECT_EQ(Delta(c1, c2, gb::Kind::kCachedCompile), 2);
-  EXPECT_EQ(Delta(c1, c2, gb::Kind::kExecute), 2);
-  EXPECT_EQ(Delta(c1, c2, gb::Kind::kFallbackOp), 1);
+  ASSERT_EQ(compiled.size(), 1u);
+  EXPECT_EQ(compiled.begin()->rfind("ReplicateShardedData/", 0), 0u) << *compiled.begin();
 }
 
-TEST(ForkDynamoBridgeTest, DisabledHooksRecordNothing) {
-  ASSERT_FALSE(gb::HooksEnabled());
-  DynamoBridge bridge(XlaOps());
-  const uint64_t events = gb::GlobalLedger().events_recorded();
+TEST(ForkRuntimeTest, ConcurrentCompilesAreCountedExactly) {
+  PjRtComputationClient client(2);
+  HooksOn hooks;
   const Counts c0 = KindCounts();
-  auto run = bridge.Run(ExampleGraph("aten::lgamma"));
-  ASSERT_TRUE(run.ok());
-  EXPECT_EQ(run->compiles, 2);  // the bridge did its work ...
-  EXPECT_EQ(gb::GlobalLedger().events_recorded(), events);  // ... and the ledger saw none of it
-  EXPECT_EQ(KindCounts(), c0);
+  constexpr int kThreads = 4, kCompiles = 25;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&client, t] {
+      for (int i = 0; i < kCompiles; ++i) {
+        std::vector<CompileInstance> instances;
+        instances.push_back(Instance(AllReduceModule("t" + std::to_string(t), 4, "add", 1.0)));
+        ASSERT_TRUE(client.Compile(std::move(instances)).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(Delta(c0, KindCounts(), gb::Kind::kCompile), kThreads * kCompiles);
 }
 
-TEST(ForkDynamoBridgeTest, NestedEnablesCountAndAnEmptyGraphIsAnError) {
+// ---- xla_fallback: the CPU fallback -> cc/graph_breaks ---------------------------------------
+
+TEST(ForkFallbackTest, EachFallbackOpIsCountedWhileHooksAreOn) {
+  Stack stack;
+  const Counts c0 = KindCounts();
+  xla_fallback({"aten::digamma"}, &stack);  // hooks off: nothing
+  EXPECT_EQ(KindCounts(), c0);
+  HooksOn hooks;
+  const Rows r0 = AggregateRows();
+  xla_fallback({"aten::digamma"}, &stack);
+  xla_fallback({"aten::digamma"}, &stack);
+  xla_fallback({"aten::polygamma"}, &stack);
+  EXPECT_EQ(Delta(c0, KindCounts(), gb::Kind::kFallbackOp), 3);
+  std::map<std::string, int64_t> by_op;
+  for (const auto& [row, n] : RowDelta(r0, AggregateRows())) by_op[std::get<1>(row)] += n;
+  EXPECT_EQ(by_op, (std::map<std::string, int64_t>{{"aten::digamma", 2}, {"aten::polygamma", 1}}));
+}
+
+TEST(ForkFallbackTest, NestedEnablesCount) {
   {
     HooksOn outer;
     {
@@ -231,31 +234,6 @@ TEST(ForkDynamoBridgeTest, NestedEnablesCountAndAnEmptyGraphIsAnError) {
     EXPECT_TRUE(gb::HooksEnabled());  // the outer region still accounts
   }
   EXPECT_FALSE(gb::HooksEnabled());
-  DynamoBridge bridge(XlaOps());
-  auto empty = bridge.Run(FxGraph{});
-  ASSERT_FALSE(empty.ok());
-  EXPECT_EQ(empty.status().code(), txe::StatusCode::kInvalidArgument);
-}
-
-TEST(ForkDynamoBridgeTest, ConcurrentRunsAreCountedExactly) {
-  DynamoBridge bridge(XlaOps());
-  HooksOn hooks;
-  const Counts c0 = KindCounts();
-  constexpr int kThreads = 4, kRuns = 250;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&bridge] {
-      for (int i = 0; i < kRuns; ++i) ASSERT_TRUE(bridge.Run(ExampleGraph("aten::polygamma")).ok());
-    });
-  }
-  for (auto& t : threads) t.join();
-  const Counts c1 = KindCounts();
-  constexpr int64_t kTotal = kThreads * kRuns;
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kFxGraph), kTotal);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kCompile), 2);  // one compile per distinct partition
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kCachedCompile), 2 * kTotal - 2);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kExecute), 2 * kTotal);
-  EXPECT_EQ(Delta(c0, c1, gb::Kind::kFallbackOp), kTotal);
 }
 
 // ---- call_jax lowering -> cc/jax_call -----------------------------------------------------

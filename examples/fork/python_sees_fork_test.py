@@ -40,13 +40,13 @@ def test_account_sees_a_fork_linked_through_libtxe_hooks():
         from torch_xla_ext import collectives, graph_breaks
         start = collectives.next_sequence()
         with graph_breaks.account() as ledger:
-            assert fork.fork_run_bridge() == 0      # account() enabled the one copy: recorded
-            assert fork.fork_lower_all_reduce() == 0
+            assert fork.fork_run_fallback_and_graph() == 0      # account() enabled the one copy: recorded
+            assert fork.fork_compile_all_reduce() == 0
         calls = collectives.recorded_calls(start)
         maps = {{line.split()[-1] for line in open("/proc/self/maps") if "libtxe_hooks.so" in line}}
         print(json.dumps({{
             "native_hooks": ledger.report().native_hooks,
-            "calls": [[c["requested_scale"], c["applied_scale"], c["lowering"]] for c in calls],
+            "calls": [[c.requested_scale, c.applied_scale, c.lowering] for c in calls],
             "fork_fallback_ops": fork.fork_fallback_op_count(),
             "fork_all_reduces": fork.fork_recorded_all_reduces(),
             "copies": len(maps),
@@ -55,10 +55,12 @@ def test_account_sees_a_fork_linked_through_libtxe_hooks():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
-    # The fork's bridge records one fallback op (digamma) and one execute-side event per run; the
-    # all-reduce keeps upstream 2.9's world-size-1 behaviour, which the hook makes visible.
-    assert got["native_hooks"].get("fallback_op") == 1, got
-    assert got["calls"] == [[0.25, 1.0, "clone"]], got
+    # The fork's fallback records one op (digamma); its runtime the identity graph a sharded
+    # tensor's transfer to the host compiles and runs, and the module with the all-reduce, which
+    # its Compile typed after the HLO -> StableHLO conversion: a sum scaled by 0.25.
+    assert {k: got["native_hooks"].get(k) for k in ("fallback_op", "compile", "execute", "transfer_to_host")} == {
+        "fallback_op": 1, "compile": 2, "execute": 1, "transfer_to_host": 1}, got
+    assert got["calls"] == [[0.25, 0.25, "all_reduce+multiply"]], got
     assert (got["fork_fallback_ops"], got["fork_all_reduces"]) >= (1, 1), got
     assert got["copies"] == 1, got
 
@@ -76,10 +78,10 @@ def test_account_does_not_see_a_fork_with_its_own_copy_of_cc():
     fork = _fork()
     start = collectives.next_sequence()
     with graph_breaks.account() as ledger:
-        assert fork.fork_run_bridge() == 0  # account() enabled _ext's copy only: not recorded
+        assert fork.fork_run_fallback_and_graph() == 0  # account() enabled _ext's copy only: not recorded
         fork.fork_set_hooks_enabled(1)      # the fork enables its own copy
-        assert fork.fork_run_bridge() == 0
-        assert fork.fork_lower_all_reduce() == 0
+        assert fork.fork_run_fallback_and_graph() == 0
+        assert fork.fork_compile_all_reduce() == 0
         fork.fork_set_hooks_enabled(0)
     # The fork's copy holds the records: one fallback op (second run only), one all-reduce.
     assert fork.fork_fallback_op_count() == 1
@@ -99,4 +101,4 @@ def test_the_same_hooks_called_through_ext_are_seen():
         collectives.record_all_reduce("sum", 0.25, 1.0, world_size=1, lowering="clone")
     assert ledger.report().native_hooks == {"fallback_op": 1}
     [call] = collectives.recorded_calls(start)
-    assert (call["requested_scale"], call["applied_scale"], call["lowering"]) == (0.25, 1.0, "clone")
+    assert (call.requested_scale, call.applied_scale, call.lowering) == (0.25, 1.0, "clone")

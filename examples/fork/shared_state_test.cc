@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dlopen: %s\n", dlerror());
     return 1;
   }
-  auto run_bridge = Sym<int (*)()>(fork_lib, "fork_run_bridge");
-  auto lower_all_reduce = Sym<int (*)()>(fork_lib, "fork_lower_all_reduce");
+  auto run_bridge = Sym<int (*)()>(fork_lib, "fork_run_fallback_and_graph");
+  auto lower_all_reduce = Sym<int (*)()>(fork_lib, "fork_compile_all_reduce");
   auto set_enabled = Sym<void (*)(int)>(ext_lib, "ext_set_hooks_enabled");
   auto fallback_ops = Sym<long (*)()>(ext_lib, "ext_fallback_op_count");
   auto all_reduces = Sym<long (*)()>(ext_lib, "ext_recorded_all_reduces");

@@ -121,7 +121,7 @@ def test_unknown_kind(bundle_dir):
     m = _manifest(bundle_dir)
     m["inputs"][1]["kind"] = "weights"
     _write_manifest(bundle_dir, m)
-    with pytest.raises(export.BundleError, match=r"'inputs\[1\].kind' is unknown kind 'weights'"):
+    with pytest.raises(export.BundleError, match=r"'inputs\[1\]\.kind' is 'weights', expected one of user_input, parameter"):
         export.load(bundle_dir)
 
 
@@ -130,7 +130,7 @@ def test_unknown_kind(bundle_dir):
     (lambda m: m.pop("collectives"), "missing field 'collectives'"),
     (lambda m: m["inputs"][0].update(index=5), r"'inputs\[0\].index' is 5"),
     (lambda m: m["collectives"][0].update(token_input=42), r"'collectives\[0\].token_input' 42"),
-    (lambda m: m["inputs"][0].update(dtype="complex256"), "unknown dtype"),
+    (lambda m: m["inputs"][0].update(dtype="complex256"), r"'inputs\[0\]\.dtype' is 'complex256', expected a dtype name"),
 ])
 def test_bad_manifest_fields(bundle_dir, edit, match):
     m = _manifest(bundle_dir)
@@ -149,7 +149,10 @@ def test_corrupt_portable_artifact(bundle_dir):
 
 def test_not_json_and_not_a_module(bundle_dir):
     (bundle_dir / "module.mlir").write_text("func.func @main(")
-    with pytest.raises(export.BundleError, match="module.mlir: not a parsable StableHLO module"):
+    with pytest.raises(export.ModuleTextError, match="module.mlir: not a parsable StableHLO module"):
+        export.load(bundle_dir)
+    (bundle_dir / "module.mlir").write_text("func.func @main(%x: !quant.uniform<i8:f32, 1.0>) { return }")
+    with pytest.raises(export.UnknownDialectError, match="module.mlir: uses the MLIR dialect 'quant'"):
         export.load(bundle_dir)
     (bundle_dir / "manifest.json").write_text("{")
     with pytest.raises(export.BundleError, match="manifest.json: not JSON"):

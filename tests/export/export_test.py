@@ -17,6 +17,7 @@ from tests.export import bounds
 from tests.export import models
 
 from torch_xla_ext import collectives, export  # noqa: E402
+from torch_xla_ext._compat import collectives as xla_collectives  # noqa: E402
 from torch_xla_ext._compat import stablehlo as compat  # noqa: E402
 
 
@@ -130,8 +131,8 @@ def test_wrapper_applies_scale_at_world_size_1_where_xm_drops_it(monkeypatch):
     torch.testing.assert_close(ours, x * 0.25, rtol=0, atol=0)
     torch.testing.assert_close(theirs, x, rtol=0, atol=0)  # pytorch/xla#9670: scale dropped
     (call,) = collectives.recorded_calls(start)
-    assert call["requested_scale"] == call["applied_scale"] == 0.25
-    assert call["world_size"] == 1 and call["reduce"] == "sum" and call["lowering"] == "all_reduce+multiply"
+    assert call.requested_scale == call.applied_scale == 0.25
+    assert call.world_size == 1 and call.reduce == "sum" and call.lowering == "all_reduce+multiply"
 
     # xm.all_reduce with scale != 1 does not export even when forced to lower at world size 1.
     class Xm(torch.nn.Module):
@@ -318,7 +319,7 @@ def test_manifest_shows_a_dropped_scale():
     class DroppingLowering(torch.nn.Module):
         def forward(self, x):
             collectives.record_all_reduce("sum", 0.5, 1.0, lowering="all_reduce (scale dropped)")
-            return compat.c10d_all_reduce(x, "sum")
+            return xla_collectives.c10d_all_reduce(x, "sum")
 
     bundle = export.export(DroppingLowering(), (torch.randn(3),))
     (c,) = bundle.manifest.collectives

@@ -217,7 +217,7 @@ def test_report_round_trips_and_renders(tmp_path):
     assert (tmp_path / f"r{r.rank['rank']}.json").is_file()
     md = r.to_markdown()
     assert f"| Dynamo graphs (handed to the backend) | {r.fx_graphs} |" in md and "GB0170" in md
-    kinds = [e["kind"] for e in ledger.recent_events()]
+    kinds = [e.kind.name for e in ledger.recent_events()]
     assert kinds.count("fx_graph") == r.fx_graphs and kinds.count("graph_break") == r.num_fx_breaks
     tracks = {ev["track"] for ev in r.timeline}
     assert {"dynamo compile", "bridge", "xla compile", "xla execute", "steps"} <= tracks
@@ -260,9 +260,9 @@ def test_nested_regions_each_count_their_own_syncs_and_unwrap_at_the_end():
     assert (outer.report().syncs, inner.report().syncs) == (4, 2)
     assert (outer.report().forced_executions, inner.report().forced_executions) == (0, 0)
     # Each sync is an event keyed by the graphs it launched (1 here), with its duration and replica.
-    syncs = [e for e in inner.recent_events() if e["kind"] == "sync"]
-    assert [e["key"] for e in syncs] == ["1", "1"] and all(e["duration_ns"] > 0 for e in syncs)
-    assert {e["replica"] for e in syncs} == {0}
+    syncs = [e for e in inner.recent_events() if e.kind == _core.Kind.sync]
+    assert [e.key for e in syncs] == ["1", "1"] and all(e.duration_ns > 0 for e in syncs)
+    assert {e.replica for e in syncs} == {0}
 
 
 def test_int_only_record_path_checks_its_arguments():
@@ -270,8 +270,11 @@ def test_int_only_record_path_checks_its_arguments():
     key = ledger.intern("graph-7")
     assert ledger.intern("graph-7") == key and ledger.lookup(key) == "graph-7"
     ledger.record_ids(int(_core.Kind.execute), int(_core.Stage.bridge), key, 250, 2, replica=3)
-    assert ledger.counts()["execute"] == 2 and ledger.totals_ns()["execute"] == 250
-    assert ledger.recent_events()[-1]["key"] == "graph-7" and ledger.recent_events()[-1]["replica"] == 3
+    totals = ledger.totals()
+    assert totals.count(_core.Kind.execute) == 2 and totals.total_ns(_core.Kind.execute) == 250
+    assert totals.count(_core.Kind.sync) == 0 and ledger.count(_core.Kind.execute) == 2
+    last = ledger.recent_events()[-1]
+    assert isinstance(last, _core.Event) and (last.key, last.replica, last.stage) == ("graph-7", 3, _core.Stage.bridge)
     for bad, match in ((dict(kind=99), "kind"), (dict(stage=99), "stage"), (dict(key=10**6), "not an id"),
                        (dict(replica=-2), "replica")):
         args = dict(kind=int(_core.Kind.execute), stage=0, key=key, duration_ns=0, count=1)
@@ -295,8 +298,8 @@ def test_tap_forwards_calls_unchanged_and_records_per_replica():
     assert stand_in(b"\x0f\xa0", 21, flag=True) == 42  # nothing open: a plain call
     tap.set_ledgers([ledger])
     assert stand_in(b"\x0f\xa0", 4) == 8 and calls[-1] == (b"\x0f\xa0", 4, False)
-    (row,) = [r for r in ledger.aggregates() if r["kind"] == "execute"]
-    assert (row["key"], row["replica"], row["count"]) == ("0fa0", 5, 1)
+    (row,) = [r for r in ledger.aggregates() if r.kind == _core.Kind.execute]
+    assert isinstance(row, _core.Aggregate) and (row.key, row.replica, row.count) == ("0fa0", 5, 1)
     with pytest.raises(gb.WorkerError, match="explained") as info:
         stand_in(b"\x00", "boom")
     assert isinstance(info.value.__cause__, RuntimeError)
@@ -312,3 +315,33 @@ def test_tap_forwards_calls_unchanged_and_records_per_replica():
 def _explain(exc):
     if "computation by hash" in str(exc):
         raise gb.WorkerError("explained") from exc
+
+
+def test_a_cycle_through_a_tap_and_its_stand_in_is_collected():
+    """An object that keeps the stand-in it was patched with, and is the Tap's original: the
+    cycle (stand-in -> Tap -> original -> stand-in) is freed by the garbage collector, and a
+    stand-in called after its Tap was cleared raises instead of crashing."""
+    import gc
+    import weakref
+
+    class Entry:  # a torch_xla entry point object that remembers its replacement
+        def __call__(self, *args):
+            return len(args)
+
+    def cycle():
+        original = Entry()
+        tap = _core.Tap(original, "execute")
+        original.replaced_by = tap.stand_in()
+        assert original.replaced_by(b"\x01", 2) == 2
+        return weakref.ref(original), weakref.ref(tap)
+
+    gc.collect()
+    original, tap = cycle()
+    assert original() is not None  # only the cycle holds it
+    gc.collect()
+    assert original() is None and tap() is None
+    # A Tap the collector cleared leaves a surviving stand-in that raises, not one that crashes.
+    tap = _core.Tap(Entry(), "execute")
+    stand_in = tap.stand_in()
+    gc.get_referents(stand_in)  # the stand-in reports its Tap to the collector
+    assert any(r is tap for r in gc.get_referents(stand_in))

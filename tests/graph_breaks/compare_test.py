@@ -37,6 +37,14 @@ def test_each_mode_in_its_own_process(comparison):
     assert lazy.steady.compiles == dynamo.steady.compiles == 0 and dynamo.steady.steps == 2
     assert len(lazy.step_ms) == len(dynamo.step_ms) == 2 and all(t > 0 for t in lazy.step_ms + dynamo.step_ms)
     assert "lazy: starting a fresh process" in seen and any(s.startswith("dynamo: 2 timed steps") for s in seen)
+    # One median: a worker's progress line says what the comparison reports (an even step count
+    # takes the mean of the middle two).
+    import statistics
+
+    for name, mode in cmp.modes.items():
+        (line,) = [s for s in seen if s.startswith(f"{name}: 2 timed steps")]
+        assert mode.median_ms == statistics.median(mode.step_ms)
+        assert line.endswith(f"median {mode.median_ms:.3f} ms"), (line, mode.step_ms)
 
 
 def test_markdown_json_html_and_plot(comparison, tmp_path):

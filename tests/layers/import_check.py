@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     names = [layer_table.PACKAGE + "." + rel[:-3].replace("/", ".").removesuffix(".__init__") for rel in own]
     if not lib.srcs:  # a library without Python sources: the module named after it (the extension)
         names = [f"{layer_table.PACKAGE}.{lib.name}"]
-    elif not own:  # a row ready for modules another branch adds
+    elif not own:  # a row whose globs match no module (yet)
         print(f"library {lib.name}: no module of this tree matches {', '.join(lib.srcs)}; nothing to import")
         return 0
     failed = 0

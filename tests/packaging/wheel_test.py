@@ -77,11 +77,14 @@ def test_every_import_is_declared(wheel):
     assert undeclared_imports({"x.py": "def f():\n    import yaml\n"}, declared) == {"yaml": "x.py"}
 
 
-def test_stack_is_exact_and_the_rest_are_ranges(wheel):
+def test_stack_is_the_xla_extra_and_the_rest_are_ranges(wheel):
     reqs = [Requirement(r) for r in _requires(wheel)]
     pins = _pins()
-    exact = {_norm(r.name): str(r.specifier) for r in reqs if _norm(r.name) in STACK}
+    exact = {_norm(r.name): str(r.specifier) for r in reqs if any(s.operator == "==" for s in r.specifier)}
     assert exact == {n: f"=={pins[n]}" for n in STACK}, exact  # requirements.txt's pins, nothing else
+    for r in reqs:
+        if _norm(r.name) in exact and "==" in str(r.specifier):
+            assert 'extra == "xla"' in str(r.marker), r  # the base asks for no torch stack
     numpy_req = next(r for r in reqs if r.name == "numpy")
     assert all(s.operator != "==" for s in numpy_req.specifier) and numpy_req.specifier.contains("1.26.0")
     assert any(r.name == "matplotlib" and str(r.marker) == 'extra == "plot"' for r in reqs), reqs
@@ -96,19 +99,21 @@ def test_wheel_ships_the_pins_it_requires(wheel):
     text = zipfile.ZipFile(wheel).read("torch_xla_ext/_pins.txt").decode()
     shipped = {_norm(r.name): str(r.specifier) for r in map(Requirement, filter(None, (
         line.split("#", 1)[0].strip() for line in text.splitlines())))}
-    required = {_norm(r.name): str(r.specifier) for r in map(Requirement, _requires(wheel)) if _norm(r.name) in STACK}
+    required = {_norm(r.name): str(r.specifier) for r in map(Requirement, _requires(wheel))
+                if _norm(r.name) in STACK and "==" in str(r.specifier)}
     assert shipped == required, (shipped, required)
 
 
-def test_installing_into_the_pinned_image_changes_none_of_it(wheel):
-    """pip's resolver, asked what `pip install` of the wheel would do in this venv (the pinned
-    torch, torch_xla and jax: the image a training job has): install the wheel, nothing else.
-    --no-index keeps it offline: a requirement the installed stack does not meet cannot be met
-    from anywhere, so pip fails and the test names pip's reason."""
+@pytest.mark.parametrize("extras", ["", "[xla]", "[xla,jax,torch]"])
+def test_installing_into_the_pinned_image_changes_none_of_it(wheel, extras):
+    """pip's resolver, asked what `pip install` of the wheel (with the stack's extras) would do in
+    this venv (the pinned torch, torch_xla and jax: the image a training job has): install the
+    wheel, nothing else. --no-index keeps it offline: a requirement the installed stack does not
+    meet cannot be met from anywhere, so pip fails and the test names pip's reason."""
     stack = {n: importlib.metadata.version(n).split("+")[0] for n in STACK}
     assert stack == {n: _pins()[n] for n in STACK}, stack
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-input",
-                           "--disable-pip-version-check", "--quiet", "--report", "-", str(wheel)],
+                           "--disable-pip-version-check", "--quiet", "--report", "-", f"{wheel}{extras}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"pip would change the pinned stack or cannot resolve it:\n{proc.stderr[-3000:]}"
     report = json.loads(proc.stdout)
@@ -172,8 +177,9 @@ def test_wheel_contents(wheel):
     assert not any(n.startswith("torch_xla_ext/_ext/") and not n.endswith(".pyi") for n in names)  # stubs only
     meta = zipfile.ZipFile(wheel).read("torch_xla_ext-0.1.0.dist-info/METADATA").decode()
     pins = _pins()
-    assert f"Requires-Dist: torch=={pins['torch']}" in meta and f"Requires-Dist: torch-xla=={pins['torch-xla']}" in meta
-    assert f"Requires-Dist: jax=={pins['jax']}" in meta
+    assert f'Requires-Dist: torch=={pins["torch"]}; extra == "xla"' in meta
+    assert f'Requires-Dist: torch-xla=={pins["torch-xla"]}; extra == "xla"' in meta
+    assert f'Requires-Dist: jax=={pins["jax"]}; extra == "xla" and python_version >= "3.11"' in meta
     # The RECORD lists every file with its hash (wheel's WheelFile checks them as it reads).
     from wheel.wheelfile import WheelFile
 
@@ -230,3 +236,25 @@ def test_doctor_runs_from_the_installed_wheel(venv, tmp_path):
     for f in ("report.md", "report.json", "graph_breaks.png", "numerics_ulp.png", "bundle/manifest.json"):
         assert (tmp_path / "report" / f).is_file(), f
     assert "[4/4] graph_breaks" in out.stderr  # progress went to stderr
+
+
+def test_pip_wheel_on_a_cpython_without_a_wheel_is_refused_before_bazel(tmp_path):
+    """`pip wheel .` from a CPython the wheels are not built for: the in-tree backend refuses it,
+    naming that CPython, the ones with a wheel and what to run, before Bazel starts."""
+    import tool_venv  # python/ (//python:tool_venv; tests/conftest.py under plain pytest)
+    from txe_build_backend import wheel_pythons
+
+    oldest = wheel_pythons()[0]
+    older = "%s.%d" % (oldest.split(".")[0], int(oldest.split(".")[1]) - 1)  # 3.9
+    try:
+        python = tool_venv.find_python(older)
+    except tool_venv.ToolVenvError as e:
+        pytest.skip(f"no CPython {older} here: {e}")
+    repo = pathlib.Path(__file__).resolve().parent.parent.parent
+    out = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", "--no-index", "-w", str(tmp_path), str(repo)],
+                         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and not list(tmp_path.glob("*.whl")), out.stdout + out.stderr
+    said = " ".join((out.stdout + out.stderr).split())
+    assert f"torch_xla_ext builds wheels for CPython {', '.join(wheel_pythons())}" in said, said[-3000:]
+    assert f"this is CPython {older} ({python})" in said and f"`python{wheel_pythons()[-1]} -m pip wheel .`" in said
+    assert "bazel build" not in said  # refused before Bazel

@@ -30,7 +30,7 @@ from torch_xla_ext.parity import explorer
 import tool_venv  # python/ (//python:tool_venv; tests/conftest.py under plain pytest)
 
 from tests import zoo
-from tests.parity.chromium_cdp import Browser
+from tests.parity.browser import render
 
 
 def _free_port() -> int:
@@ -251,12 +251,10 @@ def test_renders_with_node_data_in_chromium(server, tmp_path):
     url = f"{server}/?data={urllib.parse.quote(json.dumps(config))}"
     shot = os.path.join(_outputs_dir(tmp_path), "model_explorer_block.png")
     name = graph["name"]
-    with Browser(str(tmp_path / "profile")) as b:
-        b.open(url, until=f"document.querySelector('canvas') !== null && "
-                          f"document.body.innerText.includes({json.dumps(name)})", timeout=120)
-        time.sleep(2)  # let the graph finish drawing before the screenshot
-        text = b.evaluate("document.body.innerText")
-        png = b.screenshot(shot)
+    page = render(url, until=f"document.querySelector('canvas') !== null && "
+                             f"document.body.innerText.includes({json.dumps(name)})",
+                  evaluate={"text": "document.body.innerText"}, screenshot=shot, settle_s=2, timeout=120)
+    text, png = page["text"], page["screenshot"]  # (settle_s: the graph finishes drawing first)
     # DOM: the provider is loaded and its per-node table lists the worst op's value.
     worst_key = max(graph["results"], key=lambda k: graph["results"][k]["value"])
     worst = graph["results"][worst_key]["value"]

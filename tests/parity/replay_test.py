@@ -217,8 +217,10 @@ def test_bad_programs_raise_typed_errors():
 
 
 def test_the_analysis_rejects_a_malformed_graph():
-    # values (shape, type), num_args, ops (name, operands, results, parent, region_args, attrs)
+    from torch_xla_ext._ext import graph
+
     with pytest.raises(ValueError, match=r"op 0 \(stablehlo.add\).*out of range"):  # INVALID_ARGUMENT
-        core.find_rounding_points([([2], "bf16")], 1, [("stablehlo.add", [0, 9], [], -1, [], [])], [])
+        core.find_rounding_points(graph.Graph([graph.TensorType([2], "bf16")], 1,
+                                              [graph.Op("stablehlo.add", [0, 9], [])], []))
     assert core.op_class("stablehlo.gather") == "moves_data"
     assert core.op_class("stablehlo.convolution") == "computes"

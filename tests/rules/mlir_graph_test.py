@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import pytest
 from jax.extend.mlir import ir
 
-from torch_xla_ext import _mlir_graph
-from torch_xla_ext._compat import jax_mlir
+from torch_xla_ext import _mlir_graph, _mlir_text
+from torch_xla_ext.errors import InvalidArgumentError
 
 # A top-level all-reduce with groups and a splat scale, a while whose body holds another
 # all-reduce, a bf16 dot with a batching dimension and a token argument.
@@ -42,10 +42,7 @@ module @m {
 
 
 def parse(text):
-    ctx = jax_mlir.make_context()
-    with ctx:
-        module = ir.Module.parse(text)
-    return ctx, module
+    return _mlir_text.parse(text, "hand.mlir", error=ValueError)
 
 
 def main_of(module):
@@ -109,10 +106,11 @@ def test_both_callers_read_the_walk():
         flat = _mlir_graph.walk(main_of(module), nested=False)
         fg = stablehlo.build_graph(main_of(module))
     assert [o.name for o in fg.ops] == [o.name for o in g.graph_ops] and fg.operand_ids == [o.operands for o in g.graph_ops]
-    values, num_args, ops, returned = export_graph.build_graph(ctx, module, "hand.mlir")
-    assert [o[0] for o in ops] == [o.name for o in flat.graph_ops] and returned == flat.returned
-    assert values[:num_args] == [([2, 4], "float32"), ([3, 2, 2], "bfloat16")]  # the manifest's names
-    assert ops[0][3:] == ("stablehlo.add", [[0, 1]], None)
+    core = export_graph.build_graph(ctx, module, "hand.mlir")  # the one converter's graph (cc/graph)
+    assert [o.name for o in core.ops] == [o.name for o in flat.graph_ops] and core.returned == flat.returned
+    assert [(v.shape, v.element_type) for v in core.values[:core.num_args]] == [([2, 4], "f32"), ([3, 2, 2], "bf16")]
+    assert (core.ops[0].reduction, core.ops[0].replica_groups, core.ops[0].splat_value) == ("stablehlo.add", [[0, 1]], None)
+    assert [o.parent for o in core.ops] == [-1] * len(core.ops)  # main's top level only
     assert export_graph.nested_collectives(ctx, module, "hand.mlir") == [{"op": "all_reduce", "inside": "stablehlo.while"}]
 
 
@@ -127,3 +125,23 @@ def test_outside_value_names_the_function():
         ret.move_before(list(body.operations)[0])
         with pytest.raises(ReplayError, match="main: func.return is not the function's last op"):
             _mlir_graph.walk(main_of(module), error=ReplayError)
+
+
+def test_the_one_converter_checks_the_graph_it_builds():
+    """core_graph is the one input layout of both C++ analyses: a graph whose op reads an id that
+    is out of range, or a value before its definition, is refused naming the op (cc/graph's
+    Validate), before any analysis sees it."""
+    ctx, module = parse(HAND)
+    with ctx:
+        g = _mlir_graph.walk(main_of(module))
+    core = _mlir_graph.core_graph(g)
+    assert (len(core.values), core.num_args, len(core.ops)) == (len(g.value_types), g.num_args, len(g.graph_ops))
+    assert [(o.parent, o.region_args, o.attributes) for o in core.ops] == \
+        [(o.parent, o.region_args, o.attributes) for o in g.graph_ops]
+    g.graph_ops[2].operands = [len(g.value_types) + 5]
+    with pytest.raises(InvalidArgumentError, match=r"graph: op 2 \(stablehlo\.\w+\): operand id \d+ out of range"):
+        _mlir_graph.core_graph(g)
+    g.graph_ops[2].operands = [g.graph_ops[3].results[0]]  # defined by a later op
+    with pytest.raises(InvalidArgumentError, match=r"op 2 .*used before its definition"):
+        _mlir_graph.core_graph(g)
+

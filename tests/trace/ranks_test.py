@@ -115,16 +115,17 @@ def _report(directory):
 
 
 def test_the_html_page_and_the_perfetto_trace(job, tmp_path):
-    """report.html rendered by headless Chromium (tests/graph_breaks/chromium.py): every
-    compile's hash and the divergence are in the DOM, the console stays silent. trace.perfetto.json
-    read field by field: one named process per rank, a slice per compile with its hash."""
-    from tests.graph_breaks import chromium
+    """report.html rendered by headless Chromium (Playwright, tests/parity/browser.py) from disk:
+    once its script has drawn the page, every compile's hash and the divergence are in the DOM.
+    trace.perfetto.json read field by field: one named process per rank, a slice per compile with
+    its hash."""
+    from tests.parity import browser
 
     page = job["dir"] / "report.html"
     text = page.read_text()
     assert "default-src 'none'" in text
-    dom, console = chromium.render(str(page), tmp_path / "profile")
-    assert console == []
+    dom = browser.render(page.as_uri(), "document.body !== null && document.body.innerText.includes('first differ')",
+                         evaluate={"dom": "document.documentElement.outerHTML"}, settle_s=0.5, timeout=120)["dom"]
     for c in job["report"]["compiles"]:
         assert c["graph_hash"][:16] in dom
     assert "first differ at step 3" in dom

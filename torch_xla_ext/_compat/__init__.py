@@ -1,3 +1,5 @@
-"""The only modules that touch torch_xla's private APIs, one per torch_xla subsystem, so a
-torch_xla upgrade changes one file per subsystem. Nothing else in the package imports
-torch_xla internals directly."""
+"""The only modules that touch torch's, torch_xla's and JAX's private APIs, one per upstream
+subsystem (torch_xla's exporter, collectives, HLO dump, metrics, Dynamo bridge; torch's pytree and
+Python dispatch; JAX's MLIR, export and tracing internals), so an upgrade changes one file per
+subsystem. Nothing else in the package uses a private upstream name
+(//tests/layers:boundaries_test checks)."""

@@ -1,4 +1,4 @@
-"""``jax.export`` across JAX releases (0.7.1, the pin, to the newest tested, 0.10.2), in one place.
+"""``jax.export`` across JAX releases (0.7.1, the pin, to the newest tested, 0.12), in one place.
 
 ``jax.export.Exported`` is a public dataclass, but its required fields grow with JAX: 0.10 added
 ``_has_named_shardings``, ``_in_named_shardings`` and ``_out_named_shardings`` (the shardings an
@@ -6,7 +6,8 @@ export records as NamedShardings; 0.10 serializes only Exporteds that have them)
 builds one from the fields 0.7.1 knows and fills the newer ones for a program whose shardings are
 all unspecified (None), which is what a bundle's single-device ``main`` has.
 ``calling_convention_window`` is the range of ``Exported`` versions the running JAX can call
-(``jax.export``'s public bounds).
+(``jax.export``'s public bounds). ``expired`` recognises jax.export's refusal of a serialization
+older than its 6-month backward-compatibility window (jax 0.11.1 and later refuse jax 0.7.1's).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def exported(**fields: Any) -> Any:
     missing = sorted(required - fields.keys())
     if missing:
         raise UnimplementedError(f"jax {jax.__version__}: jax.export.Exported needs field(s) {missing}, which "
-                                  f"torch_xla_ext does not know how to fill (tested: JAX 0.7.1 to 0.10.2)")
+                                  f"torch_xla_ext does not know how to fill (tested: JAX 0.7.1 to 0.12)")
     return jax.export.Exported(**{k: v for k, v in fields.items() if k in names})
 
 
@@ -90,3 +91,14 @@ def unsupported_version(error: BaseException) -> int | None:
     read ("unsupported version N"), or None when the error says something else."""
     m = _UNSUPPORTED_VERSION.search(str(error))
     return int(m.group(1)) if m else None
+
+
+# jax.export's words for a serialization it no longer reads (jax/_src/export/serialization.py's
+# _expired_error_msg, jax 0.11.1 and later).
+_EXPIRED = re.compile(r"older than the \S+ backward-compatibility window")
+
+
+def expired(error: BaseException) -> bool:
+    """Whether a ``deserialize`` ValueError says the serialization is older than the running
+    JAX's backward-compatibility window (re-export it, or re-lower its StableHLO)."""
+    return bool(_EXPIRED.search(str(error)))

@@ -1,4 +1,5 @@
-"""JAX's MLIR and PJRT internals that have no public equivalent yet, in one place.
+"""JAX's MLIR and PJRT internals that have no public equivalent yet, in one place (jax/jaxlib 0.7.1,
+the pin, to 0.12, the newest tested).
 
 Public JAX/jaxlib APIs are used directly elsewhere (``jax.extend.mlir.ir``,
 ``jax.extend.mlir.hlo_to_stablehlo``, ``jax.extend.mlir.{de}serialize_portable_artifact``,
@@ -104,10 +105,14 @@ def is_dense_resource(value: Any) -> bool:
 
 
 def make_context() -> Any:
-    """A fresh MLIR context with the dialects of JAX's lowering (StableHLO, CHLO, func, Shardy)."""
+    """A fresh MLIR context with the dialects of JAX's lowering (StableHLO, CHLO, func, Shardy).
+    jax 0.12's ``make_ir_context`` hands a thread's context out up to ten times, where a module
+    parsed before keeps its resource names (a second ``dense_resource<x>`` becomes ``x_1``); its
+    ``_create_ir_context`` makes a new one, as ``make_ir_context`` did before."""
     from jax._src.interpreters import mlir as jmlir
 
-    return jmlir.make_ir_context()
+    create = getattr(jmlir, "_create_ir_context", None)
+    return create() if create is not None else jmlir.make_ir_context()
 
 
 def module_to_bytecode(module: Any) -> bytes:

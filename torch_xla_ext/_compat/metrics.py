@@ -130,7 +130,8 @@ def _clear_and_fold() -> None:
         current = counters()
         for w in live:
             w._fold(current)
-    assert _original_clear is not None
+    if _original_clear is None:
+        raise InternalError("torch_xla_ext._compat.metrics: counters cleared with no window open")
     _original_clear()
 
 
@@ -178,7 +179,8 @@ class CounterWindow:
         """Deltas from the window's start until now (or until it closed)."""
         if getattr(self, "_end", None) is not None:
             return self._end
-        assert self._start is not None, "CounterWindow used before __enter__"
+        if self._start is None:
+            raise InternalError("CounterWindow.delta: used before __enter__")
         now = snapshot(metric_names=self._metric_names)
         merged = dict(now.counters)
         for k, v in self._offset.items():

@@ -1,6 +1,6 @@
 from __future__ import annotations
 import typing
-__all__: list[str] = ['Kind', 'Ledger', 'NO_REPLICA', 'Stage', 'Tap', 'global_ledger', 'hooks_enabled', 'on_compile', 'on_execute', 'on_fallback_op', 'on_graph_break', 'on_sync', 'on_transfer_to_host', 'set_hooks_enabled']
+__all__: list[str] = ['Aggregate', 'Event', 'EventSite', 'Kind', 'KindTotals', 'Ledger', 'NO_REPLICA', 'Stage', 'Tap', 'global_ledger', 'hooks_enabled', 'on_compile', 'on_execute', 'on_fallback_op', 'on_graph_break', 'on_sync', 'on_transfer_to_host', 'set_hooks_enabled']
 class Kind:
     """
     Members:
@@ -130,29 +130,105 @@ class Stage:
     @property
     def value(self) -> int:
         ...
+class EventSite:
+    """
+    Where and what: the fields an event and an aggregate row share.
+    """
+    @property
+    def count(self) -> int:
+        """
+        occurrences (an event's own count; a row's sum)
+        """
+    @property
+    def file(self) -> str:
+        ...
+    @property
+    def key(self) -> str:
+        ...
+    @property
+    def kind(self) -> Kind:
+        ...
+    @property
+    def line(self) -> int:
+        ...
+    @property
+    def reason(self) -> str:
+        ...
+    @property
+    def replica(self) -> int:
+        """
+        NO_REPLICA (-1) when the event has none
+        """
+    @property
+    def stage(self) -> Stage:
+        ...
+class Event(EventSite):
+    """
+    One recorded event, from the ledger's bounded ring.
+    """
+    @property
+    def duration_ns(self) -> int:
+        ...
+    @property
+    def seq(self) -> int:
+        """
+        0-based position in the ledger's history
+        """
+    @property
+    def thread(self) -> int:
+        """
+        small per-process thread index
+        """
+    @property
+    def timestamp_ns(self) -> int:
+        """
+        steady clock, relative to the ledger's creation (Ledger.epoch_ns)
+        """
+class Aggregate(EventSite):
+    """
+    The events of one site, summed (never dropped).
+    """
+    @property
+    def max_ns(self) -> int:
+        ...
+    @property
+    def total_ns(self) -> int:
+        ...
+class KindTotals:
+    """
+    Counts and total durations per Kind, at one moment.
+    """
+    def count(self, kind: Kind) -> int:
+        ...
+    def total_ns(self, kind: Kind) -> int:
+        ...
 class Ledger:
     def __init__(self, ring_capacity: typing.SupportsInt | typing.SupportsIndex = 4096, max_strings: typing.SupportsInt | typing.SupportsIndex = 65536, max_aggregates: typing.SupportsInt | typing.SupportsIndex = 65536) -> None:
         ...
-    def aggregates(self) -> list:
-        ...
+    def aggregates(self) -> list[Aggregate]:
+        """
+        one row per site, by kind, then by count (largest first)
+        """
     def count(self, kind: Kind) -> int:
-        ...
-    def counts(self) -> dict:
         ...
     def intern(self, s: str) -> int:
         ...
     def lookup(self, id: typing.SupportsInt | typing.SupportsIndex) -> str:
         ...
-    def recent_events(self) -> list:
-        ...
+    def recent_events(self) -> list[Event]:
+        """
+        the bounded ring's events, oldest first
+        """
     def record(self, kind: Kind, stage: Stage, key: str = '', reason: str = '', file: str = '', line: typing.SupportsInt | typing.SupportsIndex = 0, duration_ns: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = 1, replica: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
         ...
     def record_ids(self, kind: typing.SupportsInt | typing.SupportsIndex, stage: typing.SupportsInt | typing.SupportsIndex, key: typing.SupportsInt | typing.SupportsIndex, duration_ns: typing.SupportsInt | typing.SupportsIndex, count: typing.SupportsInt | typing.SupportsIndex, replica: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
         ...
     def total_ns(self, kind: Kind) -> int:
         ...
-    def totals_ns(self) -> dict:
-        ...
+    def totals(self) -> KindTotals:
+        """
+        every Kind's count and total duration, read at once
+        """
     @property
     def epoch_ns(self) -> int:
         """

@@ -1,10 +1,9 @@
 from __future__ import annotations
-import collections.abc
-import typing
+import torch_xla_ext._ext.graph
 __all__: list[str] = ['find_rounding_points', 'is_narrow_float', 'op_class']
-def find_rounding_points(values: collections.abc.Sequence[tuple[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], str]], num_args: typing.SupportsInt | typing.SupportsIndex, ops: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], typing.SupportsInt | typing.SupportsIndex, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], collections.abc.Sequence[tuple[str, str]]]], returned: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], excess_precision: bool = True) -> dict:
+def find_rounding_points(graph: torch_xla_ext._ext.graph.Graph, excess_precision: bool = True) -> dict:
     """
-    Rounding points of one function's graph: values are (shape, element_type); ops are (name, operands, results, parent, region_args, attributes) in pre-order. See cc/parity/rounding.h.
+    Rounding points of one function's graph (a graph.Graph). See cc/parity/rounding.h.
     """
 def is_narrow_float(element_type: str) -> bool:
     """

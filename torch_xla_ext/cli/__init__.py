@@ -12,10 +12,13 @@ import argparse
 import importlib
 import sys
 
+from torch_xla_ext import _device
+from torch_xla_ext._compat import hlo_debug
 from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext.version import __version__
 
 # Components with a subcommand, in the order `--help` lists them.
-_COMMANDS = ("numerics", "export", "parity", "graph_breaks", "trace", "doctor")
+_COMMANDS = ("numerics", "export", "parity", "graph_breaks", "trace", "doctor", "stack")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,8 +26,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="torch-xla-ext",
         description="Makes PyTorch/XLA's lowering visible: numerics, export, call_jax, graph breaks.",
     )
-    from torch_xla_ext.version import __version__
-
     parser.add_argument("--version", action="version", version=f"torch-xla-ext {__version__}")
     parser.add_argument("--device", metavar="DEVICE", help=_DEVICE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -46,13 +47,9 @@ def progress(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch_xla_ext import _device
-
     args = build_parser().parse_args(argv)
     if args.command in ("parity", "doctor"):
         # Module paths in the Model Explorer output: torch_xla reads this once, at first lowering.
-        from torch_xla_ext._compat import hlo_debug
-
         hlo_debug.enable_for_process()
     try:
         _device.select(args.device)

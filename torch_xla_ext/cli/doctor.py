@@ -9,7 +9,7 @@ from torch_xla_ext.errors import InvalidArgumentError
 
 
 def _run(args: argparse.Namespace) -> int:
-    from torch_xla_ext import doctor
+    from torch_xla_ext import doctor  # torch, torch_xla and JAX: not for `torch-xla-ext --help`
 
     if args.steps < 1:
         raise InvalidArgumentError(f"--steps: expected >= 1, got {args.steps}")

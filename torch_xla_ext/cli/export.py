@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+from torch_xla_ext import export
 from torch_xla_ext._factory import load_model
 from torch_xla_ext.cli import progress
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from torch_xla_ext import export
-
     model, example_args, kwargs = load_model(args.model)
     progress(f"exporting {args.model} (tracer: {args.tracer})")
     bundle = export.export(model, example_args, kwargs, options=export.ExportOptions(tracer=args.tracer))
@@ -28,8 +27,6 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    from torch_xla_ext import export
-
     bundle = export.load(args.dir)
     if args.json:
         print(bundle.manifest.to_json(indent=2))

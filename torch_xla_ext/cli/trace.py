@@ -15,6 +15,7 @@ import os
 import sys
 
 from torch_xla_ext.cli import progress
+from torch_xla_ext.errors import first_line
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -52,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
         progress(f"trace: no report: {e}")
         return status
     except Exception as e:  # noqa: BLE001 - the command's status stands; our failure is said, not raised
-        progress(f"trace: the report could not be written ({type(e).__name__}: {e}); the rank files are in {path}, "
+        progress(f"trace: the report could not be written ({first_line(e, with_type=True)}); the rank files are in {path}, "
                  f"`torch-xla-ext trace --report {path}` renders them")
         return status
     _summary(report)

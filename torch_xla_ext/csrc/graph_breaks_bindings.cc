@@ -25,40 +25,6 @@ namespace gb = txe::graph_breaks;
 
 namespace {
 
-py::dict SiteDict(const gb::EventSite& s) {
-  py::dict d;
-  d["kind"] = gb::KindName(s.kind);
-  d["stage"] = gb::StageName(s.stage);
-  d["key"] = s.key;
-  d["reason"] = s.reason;
-  d["file"] = s.file;
-  d["line"] = s.line;
-  d["replica"] = s.replica;
-  d["count"] = s.count;
-  return d;
-}
-
-py::dict EventDict(const gb::Event& e) {
-  py::dict d = SiteDict(e);
-  d["seq"] = e.seq;
-  d["duration_ns"] = e.duration_ns;
-  d["timestamp_ns"] = e.timestamp_ns;
-  d["thread"] = e.thread;
-  return d;
-}
-
-py::dict AggregateDict(const gb::Aggregate& a) {
-  py::dict d = SiteDict(a);
-  d["total_ns"] = a.total_ns;
-  d["max_ns"] = a.max_ns;
-  return d;
-}
-
-py::dict TotalsDict(const gb::KindTotals& t, bool ns) {
-  py::dict d;
-  for (int k = 0; k < gb::kNumKinds; ++k) d[gb::KindName(static_cast<gb::Kind>(k))] = ns ? t.total_ns[k] : t.count[k];
-  return d;
-}
 
 txe::Status CheckReplica(int replica) {
   if (replica < gb::kNoReplica || replica > gb::kMaxReplica) {
@@ -195,6 +161,29 @@ class Tap {
 
   const py::object& original() const { return original_; }
 
+  // The garbage collector's view of the Python objects the Tap holds: a cycle through the
+  // original, the callbacks or a recorded-into ledger's owner is collected.
+  int Traverse(visitproc visit, void* arg) const {
+    for (const py::object* o : {&original_, &replica_fn_, &counter_value_, &on_error_, &before_, &after_}) {
+      Py_VISIT(o->ptr());
+    }
+    if (ledgers_ != nullptr) {
+      for (const py::object& o : ledgers_->owners) Py_VISIT(o.ptr());
+    }
+    return 0;
+  }
+
+  // Breaks the cycle: what a call does afterwards raises (calling None) instead of crashing.
+  void Clear() {
+    original_ = py::none();
+    replica_fn_ = py::none();
+    counter_value_ = py::none();
+    on_error_ = py::none();
+    before_ = py::none();
+    after_ = py::none();
+    ledgers_ = std::make_shared<Ledgers>();
+  }
+
  private:
   struct Ledgers {
     std::vector<py::object> owners;  // keep the Python objects alive while recorded into
@@ -312,24 +301,47 @@ struct StandInObject {
 };
 
 PyObject* StandInCall(PyObject* self, PyObject* args, PyObject* kwargs) {
-  return reinterpret_cast<StandInObject*>(self)->tap->Call(args, kwargs);
+  Tap* tap = reinterpret_cast<StandInObject*>(self)->tap;
+  if (tap == nullptr) {  // cleared by the garbage collector while a reference survived
+    PyErr_SetString(PyExc_RuntimeError, "TapStandIn: its Tap was released by the garbage collector");
+    return nullptr;
+  }
+  return tap->Call(args, kwargs);
+}
+
+// A GC type: the stand-in holds its Tap (and through it the original torch_xla function), so a
+// cycle back to the stand-in (an object that keeps the function it patched) is collectable.
+int StandInTraverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(reinterpret_cast<StandInObject*>(self)->owner);
+  return 0;
+}
+
+int StandInClear(PyObject* self) {
+  auto* s = reinterpret_cast<StandInObject*>(self);
+  s->tap = nullptr;
+  Py_CLEAR(s->owner);
+  return 0;
 }
 
 void StandInDealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
-  Py_XDECREF(reinterpret_cast<StandInObject*>(self)->owner);
+  PyObject_GC_UnTrack(self);
+  StandInClear(self);
   type->tp_free(self);
   Py_DECREF(type);
 }
 
 PyType_Slot kStandInSlots[] = {
     {Py_tp_call, reinterpret_cast<void*>(&StandInCall)},
+    {Py_tp_traverse, reinterpret_cast<void*>(&StandInTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(&StandInClear)},
     {Py_tp_dealloc, reinterpret_cast<void*>(&StandInDealloc)},
     {Py_tp_doc, const_cast<char*>("A torch_xla entry point with graph-break accounting (see Tap).")},
     {0, nullptr},
 };
 PyType_Spec kStandInSpec = {"torch_xla_ext._ext.graph_breaks.TapStandIn", sizeof(StandInObject), 0,
-                            Py_TPFLAGS_DEFAULT, kStandInSlots};
+                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, kStandInSlots};
 
 py::object MakeStandIn(const py::object& tap_object) {
   static PyObject* type = nullptr;
@@ -368,6 +380,33 @@ TXE_PYBIND_SUBMODULE(graph_breaks, m) {
       .value("xla", gb::Stage::kXla)
       .value("lazy", gb::Stage::kLazy)
       .value("user", gb::Stage::kUser);
+
+  // What the ledger returns crosses as these types (attributes, not string keys).
+  py::class_<gb::EventSite>(m, "EventSite", "Where and what: the fields an event and an aggregate row share.")
+      .def_readonly("kind", &gb::EventSite::kind)
+      .def_readonly("stage", &gb::EventSite::stage)
+      .def_readonly("key", &gb::EventSite::key)
+      .def_readonly("reason", &gb::EventSite::reason)
+      .def_readonly("file", &gb::EventSite::file)
+      .def_readonly("line", &gb::EventSite::line)
+      .def_readonly("replica", &gb::EventSite::replica, "NO_REPLICA (-1) when the event has none")
+      .def_readonly("count", &gb::EventSite::count, "occurrences (an event's own count; a row's sum)");
+  py::class_<gb::Event, gb::EventSite>(m, "Event", "One recorded event, from the ledger's bounded ring.")
+      .def_readonly("seq", &gb::Event::seq, "0-based position in the ledger's history")
+      .def_readonly("duration_ns", &gb::Event::duration_ns)
+      .def_readonly("timestamp_ns", &gb::Event::timestamp_ns,
+                    "steady clock, relative to the ledger's creation (Ledger.epoch_ns)")
+      .def_readonly("thread", &gb::Event::thread, "small per-process thread index");
+  py::class_<gb::Aggregate, gb::EventSite>(m, "Aggregate", "The events of one site, summed (never dropped).")
+      .def_readonly("total_ns", &gb::Aggregate::total_ns)
+      .def_readonly("max_ns", &gb::Aggregate::max_ns);
+  py::class_<gb::KindTotals>(m, "KindTotals", "Counts and total durations per Kind, at one moment.")
+      .def(
+          "count", [](const gb::KindTotals& t, gb::Kind k) { return t.count[static_cast<int>(k)]; },
+          py::arg("kind"))
+      .def(
+          "total_ns", [](const gb::KindTotals& t, gb::Kind k) { return t.total_ns[static_cast<int>(k)]; },
+          py::arg("kind"));
 
   py::class_<gb::Ledger, std::unique_ptr<gb::Ledger>>(m, "Ledger")
       .def(py::init([](size_t ring_capacity, size_t max_strings, size_t max_aggregates) {
@@ -409,27 +448,30 @@ TXE_PYBIND_SUBMODULE(graph_breaks, m) {
            py::arg("replica") = gb::kNoReplica)
       .def("count", &gb::Ledger::Count, py::arg("kind"))
       .def("total_ns", &gb::Ledger::TotalNs, py::arg("kind"))
-      .def("counts", [](const gb::Ledger& l) { return TotalsDict(l.Totals(), false); })
-      .def("totals_ns", [](const gb::Ledger& l) { return TotalsDict(l.Totals(), true); })
-      .def("aggregates",
-           [](const gb::Ledger& l) {
-             py::list out;
-             for (const auto& a : l.Aggregates()) out.append(AggregateDict(a));
-             return out;
-           })
-      .def("recent_events",
-           [](const gb::Ledger& l) {
-             py::list out;
-             for (const auto& e : l.RecentEvents()) out.append(EventDict(e));
-             return out;
-           })
+      .def("totals", &gb::Ledger::Totals, "every Kind's count and total duration, read at once")
+      .def("aggregates", &gb::Ledger::Aggregates, "one row per site, by kind, then by count (largest first)")
+      .def("recent_events", &gb::Ledger::RecentEvents, "the bounded ring's events, oldest first")
       .def_property_readonly("events_recorded", &gb::Ledger::events_recorded)
       .def_property_readonly("ring_capacity", &gb::Ledger::ring_capacity)
       .def_property_readonly("epoch_ns", &gb::Ledger::epoch_ns,
                              "steady clock (time.monotonic_ns() on Linux) at creation; event timestamps add to it")
       .def_property_readonly("memory_bytes", &gb::Ledger::MemoryBytes);
 
-  py::class_<Tap, std::shared_ptr<Tap>>(m, "Tap")
+  py::class_<Tap, std::shared_ptr<Tap>>(m, "Tap", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
+                                         auto* type = &heap_type->ht_type;
+                                         type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+                                         type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) {
+                                           Py_VISIT(Py_TYPE(self));
+                                           if (!py::detail::is_holder_constructed(self)) return 0;
+                                           return py::cast<const Tap&>(py::handle(self)).Traverse(visit, arg);
+                                         };
+                                         type->tp_clear = [](PyObject* self) {
+                                           if (py::detail::is_holder_constructed(self)) {
+                                             py::cast<Tap&>(py::handle(self)).Clear();
+                                           }
+                                           return 0;
+                                         };
+                                       }))
       .def(py::init<py::object, const std::string&, py::object, py::object, py::object, py::object, py::object>(),
            py::arg("original"), py::arg("mode"), py::arg("replica_fn") = py::none(),
            py::arg("counter_value") = py::none(), py::arg("on_error") = py::none(), py::arg("before") = py::none(),

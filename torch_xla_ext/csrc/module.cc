@@ -21,8 +21,8 @@ PyObject* g_from_status = nullptr;
 
 }  // namespace
 
-std::vector<std::pair<std::string, SubmoduleInit>>& SubmoduleRegistry() {
-  static auto* registry = new std::vector<std::pair<std::string, SubmoduleInit>>();
+std::vector<Submodule>& SubmoduleRegistry() {
+  static auto* registry = new std::vector<Submodule>();
   return *registry;
 }
 
@@ -45,10 +45,13 @@ PYBIND11_MODULE(_ext, m) {
   py::module_ errors = py::module_::import("torch_xla_ext.errors");
   txe::python::g_from_status = py::object(errors.attr("from_status")).release().ptr();
   auto& registry = txe::python::SubmoduleRegistry();
-  // Static-initialisation order across files is unspecified; sort for a stable module layout.
-  std::sort(registry.begin(), registry.end());
-  for (auto& [name, init] : registry) {
-    py::module_ sub = m.def_submodule(name.c_str());
-    init(sub);
+  // Static-initialisation order across files is unspecified; sort for a stable module layout,
+  // shared submodules (classes other submodules use) first.
+  std::sort(registry.begin(), registry.end(), [](const txe::python::Submodule& a, const txe::python::Submodule& b) {
+    return a.shared != b.shared ? a.shared : a.name < b.name;
+  });
+  for (const txe::python::Submodule& s : registry) {
+    py::module_ sub = m.def_submodule(s.name.c_str());
+    s.init(sub);
   }
 }

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,36 +16,10 @@
 
 namespace py = pybind11;
 
-namespace {
-
-using ValueTuple = std::tuple<std::vector<int64_t>, std::string>;
-// (name, operands, results, parent, region_args, attributes)
-using OpTuple = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, int64_t, std::vector<int64_t>,
-                           std::vector<std::pair<std::string, std::string>>>;
-
-}  // namespace
-
 TXE_PYBIND_SUBMODULE(parity, m) {
   m.def(
       "find_rounding_points",
-      [](const std::vector<ValueTuple>& values, int64_t num_args, const std::vector<OpTuple>& ops,
-         const std::vector<int64_t>& returned, bool excess_precision) {
-        txe::graph::Graph g;
-        g.num_args = num_args;
-        g.values.reserve(values.size());
-        for (const auto& [shape, et] : values) g.values.push_back({shape, et});
-        g.ops.reserve(ops.size());
-        for (const auto& [name, operands, results, parent, region_args, attributes] : ops) {
-          txe::graph::Op op;
-          op.name = name;
-          op.operands = operands;
-          op.results = results;
-          op.parent = parent;
-          op.region_args = region_args;
-          op.attributes = attributes;
-          g.ops.push_back(std::move(op));
-        }
-        g.returned = returned;
+      [](const txe::graph::Graph& g, bool excess_precision) {
         txe::parity::RoundingOptions options;
         options.excess_precision = excess_precision;
         txe::StatusOr<txe::parity::RoundingAnalysis> result = txe::InternalError("not run");
@@ -73,10 +46,8 @@ TXE_PYBIND_SUBMODULE(parity, m) {
         out["kept_unrounded"] = a.kept_unrounded;
         return out;
       },
-      py::arg("values"), py::arg("num_args"), py::arg("ops"), py::arg("returned"),
-      py::arg("excess_precision") = true,
-      "Rounding points of one function's graph: values are (shape, element_type); ops are (name, "
-      "operands, results, parent, region_args, attributes) in pre-order. See cc/parity/rounding.h.");
+      py::arg("graph"), py::arg("excess_precision") = true,
+      "Rounding points of one function's graph (a graph.Graph). See cc/parity/rounding.h.");
 
   m.def(
       "op_class",

@@ -11,10 +11,24 @@ class BundleError(InvalidArgumentError):
     (an MLIR dialect JAX does not register, a dynamic shape); names the file and the field."""
 
 
+class ModuleTextError(BundleError):
+    """A module whose MLIR text does not parse (names the file and MLIR's first error line)."""
+
+
+class UnknownDialectError(BundleError):
+    """A module that uses an MLIR dialect JAX's MLIR context does not register (names the file and
+    the dialect), so it cannot be loaded or run here."""
+
+
 class BundleVersionError(BundleError):
     """A bundle or serialized ``jax.export`` this install cannot read: a newer bundle
     format_version, or an Exported whose calling convention (or serialization) lies outside the
     running JAX's window; names the file and the versions that are read here."""
+
+
+class JaxExportExpiredError(BundleVersionError):
+    """A serialized ``jax.export`` older than the running JAX reads (its 6-month window). A bundle
+    directory that holds one is re-lowered from its StableHLO instead (``export.load_jax``)."""
 
 
 class BundleFileNotFoundError(NotFoundError):

@@ -22,11 +22,13 @@ import operator
 from typing import Any, Sequence
 
 from torch_xla_ext import _versions
+from torch_xla_ext._compat import stablehlo as _shlo
 from torch_xla_ext._ext import collectives as _core
-from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError, TorchXlaExtError, UnimplementedError
+from torch_xla_ext.errors import ArgumentTypeError, InvalidArgumentError, TorchXlaExtError, UnimplementedError, first_line
+from torch_xla_ext.export import lazy
 from torch_xla_ext.export.bundle import Bundle, from_torch_xla
 from torch_xla_ext.export.errors import ExportLoweringError
-from torch_xla_ext.export.manifest import PYTHON_PREFIX, torch_dtype_name
+from torch_xla_ext.export.leaves import leaf_paths, user_leaves
 
 VIEW_REWRITE = "aten.view->aten.reshape"
 EMPTY_DIMS_REWRITE = "aten reductions dim=[]->all dims"
@@ -65,7 +67,7 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
         >>> [i.kind for i in b.manifest.inputs]
         ['parameter', 'parameter', 'user_input']
     """
-    _versions.require_torch_stack("export.export")
+    _versions.require("export.export")
     import torch
 
     options = options or ExportOptions()
@@ -84,8 +86,6 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
         names = _argument_names(model, len(args), list(kwargs))
         prefix, flat_args, target = "", tuple(args), model
         if options.tracer == "lazy":
-            from torch_xla_ext.export import lazy
-
             return lazy.export_lazy(model, args, kwargs, names, start, why=None, stage="ExportOptions(tracer='lazy')")
         if kwargs:
             # torch_xla's exporter takes no kwargs: export a module taking (args, kwargs) flattened
@@ -100,8 +100,6 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
             return _fallback(model, args, kwargs, names, start, e, "torch.export", options)
     calls = _core.recorded_all_reduces_since(start)
     if names is not None and options.tracer == "auto":
-        from torch_xla_ext.export import lazy
-
         site = lazy.data_dependent_node(ep)
         if site is not None:
             # torch_xla's exporter would run the op on the host, then refuse the program (after
@@ -140,11 +138,9 @@ def export(model: Any, args: Sequence[Any] | None = None, kwargs: dict[str, Any]
 def _fallback(model, args, kwargs, names, start, error, stage, options):
     """torch_xla's lazy trace of the model (export/lazy.py), or, with lazy_fallback off, the
     typed error naming where `stage` failed in the model's code."""
-    from torch_xla_ext.export import lazy
-
     if options.tracer == "torch.export":
         site = lazy.guard_site(error, model)
-        raise ExportLoweringError(f"{stage} failed on the model [{lazy.where(site) or 'model'}]: {lazy.first_line(error)} "
+        raise ExportLoweringError(f"{stage} failed on the model [{lazy.where(site) or 'model'}]: {first_line(error, with_type=True)} "
                                   f"(ExportOptions(tracer='auto') exports torch_xla's lazy trace instead)",
                                   module_path=site["module_path"], source=site["source"],
                                   source_line=site["source_line"]) from error
@@ -194,8 +190,6 @@ def _to_torch_xla(ep, options: ExportOptions):
     `dim=[]` get explicit dimensions after decompositions (see reductions_over_all_dims); when
     torch.export's decompositions (run by torch_xla) make a view inexpressible, again with the
     program's views as reshapes (see views_as_reshapes)."""
-    from torch_xla_ext._compat import stablehlo as _shlo
-
     def run(program, transforms):
         reductions: list[str] = []
         tx = _shlo.export_program(program, custom_ops_allowed_in_graph=tuple(options.custom_ops_allowed_in_graph),
@@ -379,44 +373,3 @@ def _argument_names(model: Any, num_args: int, kwarg_names: list[str]) -> list[s
         params = []
     names = [params[i].name if i < len(params) else f"args[{i}]" for i in range(num_args)]
     return names + list(kwarg_names)
-
-
-def user_leaves(args: Sequence[Any], kwargs: dict[str, Any], names: list[str] | None) -> list[dict[str, Any]]:
-    """Every leaf of (args, kwargs) in torch.utils._pytree order: {"name", "shape", "dtype"} for a
-    tensor; a Python constant's dtype is "python:<type>" with its "value" when JSON can hold it."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    tops = list(args) + list(kwargs.values())
-    names = names or [f"args[{i}]" for i in range(len(args))] + list(kwargs)
-    out = []
-    for name, top in zip(names, tops):
-        leaves, spec = pytree.tree_flatten(top)
-        for path, leaf in zip(leaf_paths(spec), leaves):
-            entry: dict[str, Any] = {"name": name + path}
-            if isinstance(leaf, torch.Tensor):
-                entry.update(shape=list(leaf.shape), dtype=torch_dtype_name(str(leaf.dtype)))
-            else:
-                entry.update(shape=[], dtype=PYTHON_PREFIX + type(leaf).__name__)
-                if leaf is None or isinstance(leaf, (bool, int, float, str)):
-                    entry["value"] = leaf
-            out.append(entry)
-    return out
-
-
-def leaf_paths(spec) -> list[str]:
-    """The key path of every leaf of a pytree spec, as torch.utils._pytree.keystr writes it
-    ("['logits']", "[0]", ".field"). Works for node types registered without key functions
-    (transformers' ModelOutput): their context's keys name their children."""
-    if spec.is_leaf():
-        return [""]
-    children = spec.children_specs
-    ctx = spec.context
-    if hasattr(spec.type, "_fields"):  # namedtuple
-        keys = [f".{f}" for f in spec.type._fields]
-    elif isinstance(ctx, (list, tuple)) and len(ctx) == len(children) and \
-            all(isinstance(k, (str, int)) for k in ctx):  # dict, OrderedDict, ModelOutput: keys
-        keys = [f"[{k!r}]" for k in ctx]
-    else:
-        keys = [f"[{i}]" for i in range(len(children))]
-    return [key + rest for key, child in zip(keys, children) for rest in leaf_paths(child)]

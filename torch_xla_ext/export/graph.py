@@ -18,55 +18,20 @@ Example:
 
 from __future__ import annotations
 
-import re
-from typing import Any, Callable
+from typing import Callable
 
-import numpy as np
-
-from torch_xla_ext import _mlir_graph
+from torch_xla_ext import _mlir_graph, _mlir_text
+from torch_xla_ext._compat import jax_mlir
 from torch_xla_ext._ext import collectives as _core
-from torch_xla_ext.export.errors import BundleError
+from torch_xla_ext.export.errors import BundleError, ModuleTextError, UnknownDialectError
 from torch_xla_ext.export.manifest import ELEMENT_TYPES, MANIFEST_FILE, Collective, Manifest
 
-# MLIR's parser recurses once per nesting level of types, attributes and regions: a module
-# nested deeply enough overflows the stack (a segfault). Real modules nest a few dozen levels.
-MAX_NESTING = 1000
-_BRACKET_STEP = np.zeros(256, np.int8)
-_BRACKET_STEP[[ord(c) for c in "([{<"]] = 1
-_BRACKET_STEP[[ord(c) for c in ")]}>"]] = -1
-DIALECT_ERROR = "uses the MLIR dialect"
-
-
-def nesting_depth(text: str) -> int:
-    """The deepest bracket nesting outside string literals (an upper bound on parser recursion)."""
-    bare = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text).replace("->", "")
-    step = _BRACKET_STEP[np.frombuffer(bare.encode("utf-8", "replace"), np.uint8)]
-    return int(np.cumsum(step, dtype=np.int64).max(initial=0))
-
-
 def parse(text: str, where: str):
-    """(context, module) of StableHLO text; a BundleError naming `where` (and the dialect, when
-    MLIR does not know one) otherwise."""
-    from jax.extend.mlir import ir
-
-    from torch_xla_ext._compat import jax_mlir
-
-    depth = nesting_depth(text)
-    if depth > MAX_NESTING:
-        raise BundleError(f"{where}: nested {depth} levels deep (more than {MAX_NESTING}); not parsed")
-    ctx = jax_mlir.make_context()
-    with ctx:
-        try:
-            module = ir.Module.parse(text)
-        except ir.MLIRError as e:
-            message = str(e)
-            detail = " ".join(line.strip() for line in message.splitlines()[:3])
-            dialect = jax_mlir.unknown_dialect(message)  # MLIR's text: matched in _compat
-            if dialect:
-                raise BundleError(f"{where}: {DIALECT_ERROR} '{dialect}', which JAX's MLIR context does not "
-                                  f"register, so the module cannot be loaded or run here ({detail})") from None
-            raise BundleError(f"{where}: not a parsable StableHLO module ({detail})") from None
-    return ctx, module
+    """(context, module) of StableHLO text (the one parser, torch_xla_ext/_mlir_text.py): a
+    BundleError naming `where` for text nested too deeply, a ModuleTextError for text MLIR
+    rejects, an UnknownDialectError naming the dialect MLIR does not know."""
+    return _mlir_text.parse(text, where, error=BundleError, syntax_error=ModuleTextError,
+                            dialect_error=UnknownDialectError)
 
 
 def main_func(module, where: str):
@@ -82,8 +47,6 @@ def tensor_type(t, where: str = "value") -> tuple[list[int], str]:
     """(shape, dtype name) of a statically shaped tensor type; a BundleError naming `where` for a
     dynamic dimension, an unranked tensor or a non-tensor."""
     from jax.extend.mlir import ir
-
-    from torch_xla_ext._compat import jax_mlir
 
     if not jax_mlir.isa(t, ir.RankedTensorType):
         raise BundleError(f"{where}: type {t} is not a ranked tensor")
@@ -106,15 +69,12 @@ def argument_types(module, where: str, describe: Callable[[int], str] | None = N
     return out
 
 
-def build_graph(ctx, module, where: str, describe: Callable[[int], str] | None = None):
-    """main's top-level ops as (values, num_args, ops, returned) for _core.analyze, from the one
-    MLIR walker (torch_xla_ext/_mlir_graph.py); the arguments typed and checked by argument_types."""
+def build_graph(ctx, module, where: str):
+    """main's top level as the value graph the C++ analysis takes (``_ext.graph.Graph``), from the
+    one MLIR walker and its one converter (torch_xla_ext/_mlir_graph.py)."""
     with ctx:
-        arg_types = argument_types(module, where, describe)
         g = _mlir_graph.walk(main_func(module, where), nested=False, error=BundleError)
-        values = arg_types + g.value_types[g.num_args:]
-        ops = [(o.name, o.operands, o.results, o.reduction, o.replica_groups, o.splat) for o in g.graph_ops]
-    return values, g.num_args, ops, g.returned
+    return _mlir_graph.core_graph(g)
 
 
 COLLECTIVE_OPS = _mlir_graph.COLLECTIVE_OPS
@@ -148,29 +108,32 @@ def describe_input(manifest: Manifest) -> Callable[[int], str]:
     return describe
 
 
-def analyze_into(text: str, manifest: Manifest, calls: list[dict[str, Any]], where: str, parsed=None) -> None:
+def analyze_into(text: str, manifest: Manifest, calls: list[_core.AllReduceCall], where: str, parsed=None) -> None:
     """Fills `manifest`'s input kinds, collectives and nested collectives from main's graph."""
     ctx, module = parsed or parse(text, where)
-    values, num_args, ops, returned = build_graph(ctx, module, where, describe_input(manifest))
+    with ctx:
+        arg_types = argument_types(module, where, describe_input(manifest))
+    g = build_graph(ctx, module, where)
     manifest.nested_collectives = nested_collectives(ctx, module, where)
-    check_signature(values[:num_args], manifest, where)
-    declared = [(i.kind if i.kind != "collective_token" else "constant", i.value) for i in manifest.inputs]
-    a = _core.analyze(values, num_args, ops, returned, declared)
-    for inp, kind in zip(manifest.inputs, a["input_kinds"]):
+    check_signature(arg_types, manifest, where)
+    declared = [_core.DeclaredInput(i.kind if i.kind != "collective_token" else "constant", i.value)
+                for i in manifest.inputs]
+    a = _core.analyze(g, declared)
+    for inp, kind in zip(manifest.inputs, a.input_kinds):
         inp.kind = kind
     # Match recorded all-reduce calls to the module's all-reduces in program order; a model
     # traced more than once records each call once per trace, so take the newest trace.
-    all_reduces = [c for c in a["collectives"] if c["op"] == "all_reduce"]
+    all_reduces = [c for c in a.collectives if c.op == "all_reduce"]
     recorded = calls[-len(all_reduces):] if all_reduces and len(calls) % len(all_reduces) == 0 and calls else []
     it = iter(recorded)
-    for c in a["collectives"]:
-        call = next(it) if (recorded and c["op"] == "all_reduce") else None
+    for c in a.collectives:
+        call = next(it) if (recorded and c.op == "all_reduce") else None
         manifest.collectives.append(Collective(
-            op=c["op"], reduce=c["reduce"], replica_groups=c["replica_groups"],
-            token_input=c["token_input"], token_mixed_into_operand=c["token_mixed_into_operand"],
-            operand_inputs=c["operand_inputs"], scale=c["scale"],
-            requested_scale=None if call is None else call["requested_scale"],
-            lowering=None if call is None else call["lowering"]))
+            op=c.op, reduce=c.reduce, replica_groups=c.replica_groups,
+            token_input=c.token_input, token_mixed_into_operand=c.token_mixed_into_operand,
+            operand_inputs=c.operand_inputs, scale=c.scale,
+            requested_scale=None if call is None else call.requested_scale,
+            lowering=None if call is None else call.lowering))
 
 
 def check_signature(arg_types: list[tuple[list[int], str]], manifest: Manifest, where: str) -> None:

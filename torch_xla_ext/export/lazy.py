@@ -35,11 +35,13 @@ import sys
 import sysconfig
 from typing import Any, Sequence
 
-import numpy as np
-
-from torch_xla_ext.errors import TorchXlaExtError
+from torch_xla_ext import _dtypes, _mlir_text
+from torch_xla_ext._compat.stablehlo import InputLocation, TorchXlaExport
+from torch_xla_ext._ext import collectives as _core
+from torch_xla_ext.errors import TorchXlaExtError, first_line
 from torch_xla_ext.export.bundle import Bundle, from_torch_xla
 from torch_xla_ext.export.errors import ExportLoweringError
+from torch_xla_ext.export.leaves import leaf_paths, user_leaves
 
 LAZY_TRACE = "torch_xla lazy trace"
 
@@ -160,11 +162,6 @@ def data_dependent_node(ep: Any) -> dict[str, str | None] | None:
     return None
 
 
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
-
-
 def where(site: dict[str, str | None]) -> str:
     parts = []
     if site.get("module_path") is not None:
@@ -186,8 +183,9 @@ class LazyProgram:
         self.xmodel, self.in_spec, self.device = xmodel, in_spec, device
 
     def __call__(self, *leaves: Any) -> list:
-        import torch
-        import torch.utils._pytree as pytree
+        import torch  # the torch side: the JAX-only install imports export without torch
+
+        from torch_xla_ext._compat import pytree  # imports torch, as above
 
         moved = [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in leaves]
         args, kwargs = pytree.tree_unflatten(moved, self.in_spec)
@@ -196,34 +194,20 @@ class LazyProgram:
         return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
-def _numpy(t: Any) -> np.ndarray:
-    import torch
-
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: its bits, viewed through ml_dtypes
-        import ml_dtypes
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
 def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: list[str], calls_start: int, *,
                 why: BaseException | None, stage: str, guard: dict[str, str | None] | None = None) -> Bundle:
     """The bundle of torch_xla's lazy trace of ``model(*args, **kwargs)``, or an
     ExportLoweringError saying why there is none. `why` is the error of `stage` ("torch.export" or
     "torch_xla's exporter") that made export fall back, None when the lazy trace was asked for;
     the manifest keeps it. `guard`: where the data dependence is, when known without `why`."""
-    import torch
-    import torch.utils._pytree as pytree
+    import torch  # the torch side: the JAX-only install imports export without torch
     import torch_xla
 
-    from torch_xla_ext._compat import stablehlo as _shlo
-    from torch_xla_ext._ext import collectives as _core
-    from torch_xla_ext.export.exporter import leaf_paths, user_leaves
+    from torch_xla_ext._compat import hlo, pytree  # import torch and torch_xla, as above
 
     if guard is None:
         guard = guard_site(why, model) if why is not None else {}
-    reason = f"{stage}: {first_line(why)}" if why is not None else stage
+    reason = f"{stage}: {first_line(why, with_type=True)}" if why is not None else stage
     if where(guard):
         reason += f" [{where(guard)}]"
     if not isinstance(model, torch.nn.Module):
@@ -239,20 +223,22 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         xleaves = [(x.detach().clone() if x.device == device else x.detach().to(device))
                    if isinstance(x, torch.Tensor) else x for x in leaves]
         xargs, xkwargs = pytree.tree_unflatten(xleaves, in_spec)
-        _shlo.sync_and_wait()  # weights and inputs become device data, the graph's parameters
-        finder = _cut_finder(_module_paths(xmodel), guard)
-        before = _shlo.host_sync_counts()
+        torch_xla.sync()  # weights and inputs become device data, the graph's parameters
+        counts = _HostSyncCounts()
+        counts.wait()
+        finder = _cut_finder(_module_paths(xmodel), guard, counts)
+        before = counts()
         try:
             with torch.no_grad(), finder:
                 out = xmodel(*xargs, **xkwargs)
         except _Stop:
             out = None
-        synced = [b - a for a, b in zip(before, _shlo.host_sync_counts())]
+        synced = [b - a for a, b in zip(before, counts())]
     except TorchXlaExtError:
         raise
     except Exception as e:  # noqa: BLE001 - the model does not run on torch_xla either: say both
         raise ExportLoweringError(f"model: {reason}; and torch_xla's lazy trace of the forward pass failed too "
-                                  f"({first_line(e)})", **_site_fields(guard)) from e
+                                  f"({first_line(e, with_type=True)})", **_site_fields(guard)) from e
     if finder.cuts or any(synced):
         data_dependent = guard.get("op") is not None or why is not None and is_data_dependent(why)
         raise _specialised_error(reason, guard, synced, finder, data_dependent)
@@ -270,38 +256,39 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         raise ExportLoweringError(f"model: {reason}; and the model's return value holds no tensor to export "
                                   f"({type(out).__name__})", **_site_fields(guard))
     tensors = [t for _, t in outputs]
-    ids, values, proto = _shlo.lazy_graph(tensors)
+    # HLO parameter i is the i-th device-data tensor of the same walk of torch_xla's IR graph.
+    ids, values, proto = hlo.graph_input_ids(tensors), hlo.graph_inputs(tensors), hlo.lowered_hlo_proto(tensors)
 
     # What each device buffer is, by torch_xla's tensor id (a tied weight is its first name).
     owner: dict[int, tuple[str, Any]] = {}
     for pos, x in enumerate(xleaves):
         if isinstance(x, torch.Tensor):
-            owner.setdefault(_shlo.tensor_id(x), ("input_arg", pos))
+            owner.setdefault(hlo.tensor_id(x), ("input_arg", pos))
     kinds: dict[str, str] = {}
     for kind, named in (("parameter", xmodel.named_parameters(remove_duplicate=False)),
                         ("buffer", xmodel.named_buffers(remove_duplicate=False))):
         for name, t in named:
-            if _shlo.tensor_id(t) not in owner:
-                owner[_shlo.tensor_id(t)] = ("parameter", name)
+            if hlo.tensor_id(t) not in owner:
+                owner[hlo.tensor_id(t)] = ("parameter", name)
                 kinds[name] = kind
     locations, signature, state, constants = [], [], {}, []
     for tid, value in zip(ids, values):
         what, key = owner.get(tid, ("constant", None))
         if what == "input_arg":
-            locations.append(_shlo.InputLocation("input_arg", key, ""))
+            locations.append(InputLocation("input_arg", key, ""))
         elif what == "parameter":
-            locations.append(_shlo.InputLocation("parameter", -1, key))
-            state[key] = _numpy(value)
+            locations.append(InputLocation("parameter", -1, key))
+            state[key] = _dtypes.numpy_from_tensor(value)
         else:  # made by torch_xla during the trace from no device data: a Python scalar, a factory op
-            locations.append(_shlo.InputLocation("constant", len(constants), ""))
-            constants.append(_numpy(value))
+            locations.append(InputLocation("constant", len(constants), ""))
+            constants.append(_dtypes.numpy_from_tensor(value))
         signature.append((list(value.shape), str(value.dtype).replace("torch.", "")))
     try:
-        text = _shlo.hlo_to_stablehlo_text(proto)
-    except Exception as e:  # noqa: BLE001 - jaxlib's importer refused torch_xla's HLO
+        text = _mlir_text.hlo_to_stablehlo_text(proto, "torch_xla's HLO", error=ValueError, debug_info=False)
+    except ValueError as e:  # jaxlib's importer refused torch_xla's HLO
         raise ExportLoweringError(f"model: {reason}; and jaxlib cannot convert the HLO of torch_xla's lazy trace "
                                   f"to StableHLO ({first_line(e)})", **_site_fields(guard)) from e
-    tx = _shlo.TorchXlaExport(
+    tx = TorchXlaExport(
         text=text, input_locations=locations, input_signature=signature,
         output_signature=[(list(t.shape), str(t.dtype).replace("torch.", "")) for t in tensors],
         unused_inputs=[], state_dict=state, additional_constants=constants)
@@ -327,14 +314,33 @@ class _Stop(Exception):
 MAX_CUTS = 4  # each cut compiles and runs a graph: the trace stops after this many
 
 
-def _cut_finder(paths: dict[int, str], guard: dict[str, Any]):
-    """A dispatch mode over the forward pass that notes every op after which torch_xla had executed
-    a graph or copied device data to the host (torch_xla's metrics, read around each op), with its
-    module path and source line (`.cuts`). It stops the trace (raises _Stop) at the cut that
-    matches torch.export's guard (same module or line), or after MAX_CUTS cuts."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+class _HostSyncCounts:
+    """(graphs executed, device-to-host transfers) so far in this process, from torch_xla's metrics
+    (``ExecuteTime``, ``TransferFromDeviceTime``): a forward pass that moves either was cut into
+    several graphs by the host. ``wait()`` lets every execution finish first, so the counts then
+    move no more until something new runs."""
 
-    from torch_xla_ext._compat import stablehlo as _shlo
+    NAMES = ("ExecuteTime", "TransferFromDeviceTime")
+
+    def __init__(self) -> None:
+        from torch_xla_ext._compat import metrics  # imports torch_xla: the torch side only
+
+        self._metrics = metrics
+
+    def wait(self) -> None:
+        self._metrics.wait_device_ops()
+
+    def __call__(self) -> tuple[int, int]:
+        found = self._metrics.metrics(self.NAMES)
+        return tuple(found[n].count if n in found else 0 for n in self.NAMES)
+
+
+def _cut_finder(paths: dict[int, str], guard: dict[str, Any], counts: _HostSyncCounts):
+    """A dispatch mode over the forward pass that notes every op after which torch_xla had executed
+    a graph or copied device data to the host (``counts``, read around each op), with its module
+    path and source line (`.cuts`). It stops the trace (raises _Stop) at the cut that matches
+    torch.export's guard (same module or line), or after MAX_CUTS cuts."""
+    from torch_xla_ext._compat.dispatch import TorchDispatchMode  # imports torch: the torch side only
 
     class CutFinder(TorchDispatchMode):
         def __init__(self):
@@ -347,9 +353,9 @@ def _cut_finder(paths: dict[int, str], guard: dict[str, Any]):
             return list(self.found.values())
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            before = _shlo.host_sync_counts()
+            before = counts()
             out = func(*args, **(kwargs or {}))
-            if _shlo.host_sync_counts() != before:
+            if counts() != before:
                 self._note(str(func), sys._getframe(1))
             return out
 

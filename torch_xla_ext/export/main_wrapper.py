@@ -30,14 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from torch_xla_ext._compat import jax_mlir
+
 
 def dense_attribute(value: np.ndarray, tensor_type: Any) -> Any:
     """``value`` as a DenseElementsAttr of ``tensor_type`` (the argument's ``RankedTensorType``:
     its element type, e.g. ui8 or bf16, is what the attribute gets; ``value`` is already in the
     matching numpy dtype). Must run inside the module's context."""
-    from jax.extend.mlir import ir
-
-    from torch_xla_ext._compat import jax_mlir
+    from jax.extend.mlir import ir  # JAX is imported when a module is built, not with export
 
     # jaxlib up to 0.8 hands out the generic ir.Type; later ones the concrete class.
     ttype = tensor_type if isinstance(tensor_type, ir.RankedTensorType) else ir.RankedTensorType(tensor_type)

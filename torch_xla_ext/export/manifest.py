@@ -23,9 +23,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any
+from typing import Annotated, Any, Union
 
-from torch_xla_ext import _dtypes, _json
+from typing_extensions import NotRequired, TypedDict  # pydantic's dependency; NotRequired on every Python
+
+from torch_xla_ext import _dtypes, _json, _validation
+from torch_xla_ext._validation import Before, Check
 from torch_xla_ext.export.errors import BundleError, BundleVersionError
 
 FORMAT_VERSION = 2
@@ -67,18 +70,88 @@ def is_python_constant(dtype: str) -> bool:
     return dtype.startswith(PYTHON_PREFIX)
 
 
+# The manifest's JSON schema is the annotations of Input, Collective and Manifest below (validated
+# by pydantic through torch_xla_ext/_validation.py); these are its rules beyond JSON types.
+def _is_bundle_path(v: str) -> bool:
+    """A relative path that stays inside the bundle directory (no absolute paths, no '..')."""
+    if not v or "\x00" in v or os.path.isabs(v):
+        return False
+    norm = os.path.normpath(v)
+    return norm != ".." and not norm.startswith(".." + os.sep)
+
+
+def _finite_or_json_float(v: Any) -> Any:
+    # a JSON int too large for a float (1e400 written as digits) is not a number we read
+    return v if not (isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**1023) else str(v)
+
+
+_NonNegative = Annotated[int, Check(lambda v: v >= 0, "a non-negative int")]
+_Shape = list[_NonNegative]
+_Number = Annotated[float, Before(_json.number), Before(_finite_or_json_float)]
+_TensorDType = Annotated[str, Check(lambda v: v in MLIR_TYPES, "a dtype name (" + ", ".join(MLIR_TYPES) + ")")]
+_UserDType = Annotated[str, Check(lambda v: v in MLIR_TYPES or bool(_PYTHON_TYPE.match(v)),
+                                  "a dtype name or python:<type name>")]
+_BundlePath = Annotated[str, Check(_is_bundle_path, "a relative path inside the bundle")]
+_JsonScalar = Union[None, bool, int, float, str]
+
+
+def _none_as(default: Any) -> Before:
+    return Before(lambda v: default() if v is None else v)
+
+
+# (Rules are named here, not written inline in the annotations: `from __future__ import
+# annotations` evaluates those in the class's namespace, where a lambda would not see this module.)
+_Kind = Annotated[str, Check(lambda v: v in INPUT_KINDS, "one of " + ", ".join(INPUT_KINDS))]
+_Flag = Annotated[bool, _none_as(bool)]
+_Strings = Annotated[list[str], _none_as(list)]
+_TracedBy = Annotated[str, _none_as(lambda: TRACERS[0]), Check(lambda v: v in TRACERS, "one of " + ", ".join(TRACERS))]
+
+
+class Output(TypedDict):
+    """One output of `main`: shape, dtype and its pytree path in the model's return value."""
+
+    shape: _Shape
+    dtype: _TensorDType
+    name: NotRequired[str | None]
+
+
+class UnusedInput(TypedDict):
+    """A user input `main` does not take; `value` is a Python constant's (which `run` checks)."""
+
+    position: int
+    shape: _Shape
+    dtype: _UserDType
+    name: NotRequired[str | None]
+    value: NotRequired[_JsonScalar]
+
+
+class NestedCollective(TypedDict):
+    op: str
+    inside: str
+
+
+_NestedCollectives = Annotated[list[NestedCollective], _none_as(list)]
+
+
+@dataclasses.dataclass
+class _Versioned:
+    """What is read of a manifest before its version says which fields it has."""
+
+    format_version: int
+
+
 @dataclasses.dataclass
 class Input:
     """One argument of `main`, in order."""
 
     index: int
-    kind: str
-    shape: list[int]
-    dtype: str
+    kind: _Kind
+    shape: _Shape
+    dtype: _TensorDType
     position: int | None = None  # user inputs: index into the flattened (args, kwargs)
     name: str | None = None      # state-dict name of parameters/buffers/constants; user inputs: argument name
-    value: float | None = None   # scalar constants and tokens
-    file: str | None = None      # bundle-relative .npy holding the value (not for tokens)
+    value: _Number | None = None   # scalar constants and tokens
+    file: _BundlePath | None = None  # bundle-relative .npy holding the value (not for tokens)
 
 
 @dataclasses.dataclass
@@ -87,14 +160,14 @@ class Collective:
 
     op: str
     reduce: str | None
-    replica_groups: list[list[int]]
+    replica_groups: list[list[_NonNegative]]
     token_input: int | None
-    operand_inputs: list[int]
-    scale: float                        # applied: the constant multiplied into the result
-    requested_scale: float | None = None  # what the caller asked for, if the hook recorded it
+    operand_inputs: list[_NonNegative]
+    scale: _Number                        # applied: the constant multiplied into the result
+    requested_scale: _Number | None = None  # what the caller asked for, if the hook recorded it
     lowering: str | None = None           # what the recording lowering says it emitted
     # torch_xla adds the token into the data operand of collectives that take no token operand
-    token_mixed_into_operand: bool = False
+    token_mixed_into_operand: _Flag = False
 
 
 @dataclasses.dataclass
@@ -106,15 +179,15 @@ class Manifest:
 
     inputs: list[Input]
     collectives: list[Collective]
-    outputs: list[dict[str, Any]]
-    unused_inputs: list[dict[str, Any]]
-    num_user_inputs: int
-    transforms: list[str] = dataclasses.field(default_factory=list)
+    outputs: list[Output]
+    unused_inputs: list[UnusedInput]
+    num_user_inputs: _NonNegative
+    transforms: _Strings = dataclasses.field(default_factory=list)
     portable_artifact_version: str | None = None  # StableHLO version module.mlirbc targets
     # Collectives inside while/case bodies, which `collectives` does not describe: {"op", "inside"}
-    nested_collectives: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    nested_collectives: _NestedCollectives = dataclasses.field(default_factory=list)
     format_version: int = FORMAT_VERSION
-    traced_by: str = "torch.export"        # one of TRACERS
+    traced_by: _TracedBy = "torch.export"
     fallback_reason: str | None = None     # why torch.export's path was not taken (traced_by != torch.export)
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,138 +213,58 @@ class Manifest:
     @classmethod
     def from_dict(cls, d: Any, where: str = MANIFEST_FILE) -> "Manifest":
         """Validates every field (type, range, cross-references) before building: a manifest is
-        untrusted input, and every later use (load, run, table, transforms) relies on it."""
-        def need(obj, key, field, check, expected, optional=False):
-            if not isinstance(obj, dict):
-                raise BundleError(f"{where}: field '{field.rsplit('.', 1)[0]}' is not an object")
-            if key not in obj or (optional and obj[key] is None):
-                if optional:
-                    return None
-                raise BundleError(f"{where}: missing field '{field}'")
-            if not check(obj[key]):
-                raise BundleError(f"{where}: field '{field}' is {_short(obj[key])}, expected {expected}")
-            return obj[key]
-
-        def items(obj, key, field):
-            return need(obj, key, field, lambda v: isinstance(v, list), "a list")
-
-        def shape(obj, field):
-            return list(need(obj, "shape", field + ".shape", _is_shape, "a list of non-negative ints"))
-
-        def dtype(obj, field, python_ok=False):
-            v = need(obj, "dtype", field + ".dtype", _is_str, "a dtype name")
-            if v not in MLIR_TYPES and not (python_ok and _PYTHON_TYPE.match(v)):
-                extra = " or python:<type name>" if python_ok else ""
-                raise BundleError(f"{where}: field '{field}.dtype' is unknown dtype {_short(v)} "
-                                  f"(expected one of {', '.join(MLIR_TYPES)}{extra})")
-            return v
-
-        def name(obj, field):
-            return need(obj, "name", field + ".name", _is_str, "a string", optional=True)
-
-        version = need(d, "format_version", "format_version", _is_int, "an int")
+        untrusted input, and every later use (load, run, table, transforms) relies on it. The
+        fields' types and ranges are the dataclasses' annotations (pydantic, through
+        torch_xla_ext/_validation.py); what relates one field to another is checked here. A
+        BundleError names `where` and the field's path."""
+        version = _validation.validate(_Versioned, d, BundleError, where).format_version
         if version not in READABLE_FORMAT_VERSIONS:
             newer = " (written by a newer torch_xla_ext)" if version > max(READABLE_FORMAT_VERSIONS) else ""
             raise BundleVersionError(f"{where}: format_version {version} is not supported{newer}; this "
                                      f"torch_xla_ext reads {', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
-        num_user = need(d, "num_user_inputs", "num_user_inputs", lambda v: _is_int(v) and v >= 0,
-                        "a non-negative int")
-        position_ok = (lambda v: _is_int(v) and 0 <= v < num_user)
+        m: Manifest = _validation.validate(cls, d, BundleError, where)
+        num_user = m.num_user_inputs
         positions: dict[int, str] = {}
 
-        def position(obj, field):
-            p = need(obj, "position", field + ".position", position_ok, f"an int in [0, num_user_inputs={num_user})")
+        def position(p: int | None, field: str) -> int:
+            if p is None:
+                raise BundleError(f"{where}: missing field '{field}.position'")
+            if not 0 <= p < num_user:
+                raise BundleError(f"{where}: field '{field}.position' is {p}, expected an int in "
+                                  f"[0, num_user_inputs={num_user})")
             if p in positions:
                 raise BundleError(f"{where}: field '{field}.position' is {p}, already the position of {positions[p]}")
             positions[p] = field
             return p
 
-        inputs = []
-        for i, raw in enumerate(items(d, "inputs", "inputs")):
+        for i, inp in enumerate(m.inputs):
             f = f"inputs[{i}]"
-            kind = need(raw, "kind", f + ".kind", lambda v: isinstance(v, str), "a string")
-            if kind not in INPUT_KINDS:
-                raise BundleError(f"{where}: field '{f}.kind' is unknown kind '{kind}' "
-                                  f"(expected one of {', '.join(INPUT_KINDS)})")
-            index = need(raw, "index", f + ".index", _is_int, "an int")
-            if index != i:
-                raise BundleError(f"{where}: field '{f}.index' is {index}, expected {i}")
-            inp = Input(index, kind, shape(raw, f), dtype(raw, f), name=name(raw, f),
-                        value=_json.number(need(raw, "value", f + ".value", _is_number, "a number", optional=True)),
-                        file=need(raw, "file", f + ".file", _is_bundle_path, "a relative path inside the bundle",
-                                  optional=True))
-            if kind == "user_input":
-                inp.position = position(raw, f)
-            if kind in ("parameter", "buffer", "constant") and inp.file is None:
-                raise BundleError(f"{where}: field '{f}.file' is required for a {kind}")
-            if kind == "collective_token" and inp.value is None:
+            if inp.index != i:
+                raise BundleError(f"{where}: field '{f}.index' is {inp.index}, expected {i}")
+            inp.position = position(inp.position, f) if inp.kind == "user_input" else None
+            if inp.kind in ("parameter", "buffer", "constant") and inp.file is None:
+                raise BundleError(f"{where}: field '{f}.file' is required for a {inp.kind}")
+            if inp.kind == "collective_token" and inp.value is None:
                 raise BundleError(f"{where}: field '{f}.value' is required for a collective_token")
-            inputs.append(inp)
-        in_range = (lambda v: _is_int(v) and 0 <= v < len(inputs))
-        colls = []
-        for i, raw in enumerate(items(d, "collectives", "collectives")):
-            f = f"collectives[{i}]"
-            colls.append(Collective(
-                op=need(raw, "op", f + ".op", _is_str, "a string"),
-                reduce=need(raw, "reduce", f + ".reduce", _is_str, "a string or null", optional=True),
-                replica_groups=need(raw, "replica_groups", f + ".replica_groups", _is_groups,
-                                    "a list of lists of non-negative ints"),
-                token_input=need(raw, "token_input", f + ".token_input", _is_int, "an int or null", optional=True),
-                operand_inputs=need(raw, "operand_inputs", f + ".operand_inputs",
-                                    lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v),
-                                    "a list of input indices"),
-                scale=float(need(raw, "scale", f + ".scale", _is_number, "a number")),
-                requested_scale=_json.number(need(raw, "requested_scale", f + ".requested_scale", _is_number,
-                                                  "a number or null", optional=True)),
-                lowering=need(raw, "lowering", f + ".lowering", _is_str, "a string or null", optional=True),
-                token_mixed_into_operand=bool(need(raw, "token_mixed_into_operand", f + ".token_mixed_into_operand",
-                                                   lambda v: isinstance(v, bool), "a bool", optional=True))))
-            ti = colls[-1].token_input
-            if ti is not None and not in_range(ti):
-                raise BundleError(f"{where}: field '{f}.token_input' {ti} is not an input index")
+        for i, c in enumerate(m.collectives):
+            if c.token_input is not None and not 0 <= c.token_input < len(m.inputs):
+                raise BundleError(f"{where}: field 'collectives[{i}].token_input' {c.token_input} is not an input index")
             # operand_inputs are range-checked by load after the argument count, the clearer error
-        outputs = []
-        for i, raw in enumerate(items(d, "outputs", "outputs")):
-            f = f"outputs[{i}]"
-            out = {"shape": shape(raw, f), "dtype": dtype(raw, f)}
-            n = name(raw, f)
-            if n is not None:
-                out["name"] = n
-            outputs.append(out)
-        unused = []
-        for i, raw in enumerate(items(d, "unused_inputs", "unused_inputs")):
+        for out in m.outputs:
+            if out.get("name", "") is None:
+                del out["name"]
+        for i, u in enumerate(m.unused_inputs):
             f = f"unused_inputs[{i}]"
-            u = {"position": position(raw, f), "shape": shape(raw, f), "dtype": dtype(raw, f, python_ok=True)}
-            n = name(raw, f)
-            if n is not None:
-                u["name"] = n
-            if "value" in raw:
+            position(u["position"], f)
+            if u.get("name", "") is None:
+                del u["name"]
+            if "value" in u:
                 if not is_python_constant(u["dtype"]):
                     raise BundleError(f"{where}: field '{f}.value' is only for a Python constant "
                                       f"(dtype python:<type>), not {u['dtype']}")
-                u["value"] = need(raw, "value", f + ".value", _is_json_scalar,
-                                  "null, a bool, a number or a string", optional=True)
                 if u["dtype"] == PYTHON_PREFIX + "float":  # "nan"/"inf"/"-inf" as the JSON rule writes them
                     u["value"] = _json.number(u["value"])
-            unused.append(u)
-        nested = []
-        for i, raw in enumerate(need(d, "nested_collectives", "nested_collectives", lambda v: isinstance(v, list),
-                                     "a list", optional=True) or []):
-            f = f"nested_collectives[{i}]"
-            nested.append({"op": need(raw, "op", f + ".op", _is_str, "a string"),
-                           "inside": need(raw, "inside", f + ".inside", _is_str, "a string")})
-        return cls(
-            inputs=inputs, collectives=colls, outputs=outputs, unused_inputs=unused, num_user_inputs=num_user,
-            transforms=list(need(d, "transforms", "transforms",
-                                 lambda v: isinstance(v, list) and all(_is_str(t) for t in v),
-                                 "a list of strings", optional=True) or []),
-            portable_artifact_version=need(d, "portable_artifact_version", "portable_artifact_version", _is_str,
-                                           "a string or null", optional=True),
-            nested_collectives=nested, format_version=version,
-            traced_by=need(d, "traced_by", "traced_by", lambda v: v in TRACERS, f"one of {', '.join(TRACERS)}",
-                           optional=True) or "torch.export",
-            fallback_reason=need(d, "fallback_reason", "fallback_reason", _is_str, "a string or null",
-                                 optional=True))
+        return m
 
     def table(self) -> str:
         """The manifest as plain-text tables (inputs, outputs, collectives)."""
@@ -319,45 +312,6 @@ class Manifest:
 
 def _shape_text(shape: list[int]) -> str:
     return "x".join(map(str, shape)) or "scalar"
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    # JSON numbers (a huge int must still convert to a float), or a non-finite float as _json writes it.
-    return ((isinstance(v, float) or _is_int(v)) and (isinstance(v, float) or abs(v) < 2**1023)) or \
-        (isinstance(v, str) and v in _json.NON_FINITE)
-
-
-def _is_json_scalar(v: Any) -> bool:
-    return v is None or isinstance(v, (bool, str, float)) or _is_int(v)
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
-
-
-def _is_shape(v: Any) -> bool:
-    return isinstance(v, list) and all(_is_int(s) and s >= 0 for s in v)
-
-
-def _is_groups(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(g, list) and all(_is_int(x) and x >= 0 for x in g) for g in v)
-
-
-def _is_bundle_path(v: Any) -> bool:
-    """A relative path that stays inside the bundle directory (no absolute paths, no '..')."""
-    if not isinstance(v, str) or not v or "\x00" in v or os.path.isabs(v):
-        return False
-    norm = os.path.normpath(v)
-    return norm != ".." and not norm.startswith(".." + os.sep)
-
-
-def _short(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _format_table(rows: list[tuple[str, ...]]) -> str:

@@ -20,42 +20,48 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import threading
 from typing import Any, Sequence
 
 import numpy as np
 
-from torch_xla_ext.export.bundle import MODULE_FILE, Bundle, as_bundle, mlir_module
+from torch_xla_ext import _versions
+from torch_xla_ext._cache import MakeOnceCache
+from torch_xla_ext._compat import jax_mlir
+from torch_xla_ext.errors import first_line
+from torch_xla_ext.export.bundle import Bundle, as_bundle
 from torch_xla_ext.export.errors import BundleError, RunInputError
+from torch_xla_ext.export.files import MODULE_FILE
 from torch_xla_ext.export.manifest import MANIFEST_FILE, PYTHON_PREFIX, dtype_name, is_python_constant, np_dtype
+from torch_xla_ext.export.program import mlir_module
 
-_EXECUTABLES: dict[tuple[str, int], Any] = {}
-_LOCK = threading.Lock()
+# Compiled programs by (text digest, replicas), the least recently run going first: an executable
+# holds XLA's compiled code (and inlined values' buffers) for as long as it is cached.
+MAX_EXECUTABLES = 16
+EXECUTABLES = MakeOnceCache(MAX_EXECUTABLES)
 
 
 def _executable(text: str, resources: dict[str, np.ndarray], n: int):
     """(client, executable, names): `main` compiled for n replicas, the inlined values it has at
     its top (inline_constants') taken as trailing arguments, `names` saying which: compiled as
-    literals, 124M of weights peaked above 3x their size; passed, they cost what weights do."""
-    from torch_xla_ext._compat import jax_mlir
-
-    # Inlined values are named by a digest of their bytes (bundle.resource_name), so the text
+    literals, 124M of weights peaked above 3x their size; passed, they cost what weights do.
+    Compiled once per program (the cache's lock is not held while XLA compiles)."""
+    # Inlined values are named by a digest of their bytes (program.resource_name), so the text
     # identifies the program.
     key = (hashlib.sha256(text.encode()).hexdigest(), n)
-    with _LOCK:
-        if key not in _EXECUTABLES:
-            client = jax_mlir.cpu_client(n)
-            ctx, module, names = mlir_module(text, resources, MODULE_FILE, as_arguments=True)
-            with ctx:
-                code = jax_mlir.module_to_bytecode(module)
-            del module, ctx  # XLA reads the bytecode
-            try:
-                exe = jax_mlir.compile_replicated(client, code, n)
-            except RuntimeError as e:  # parses and verifies, but XLA cannot compile it
-                detail = " ".join(str(e).splitlines()[:2])
-                raise BundleError(f"{MODULE_FILE}: XLA cannot compile main ({detail})") from None
-            _EXECUTABLES[key] = (client, exe, names)
-        return _EXECUTABLES[key]
+
+    def compile_main():
+        client = jax_mlir.cpu_client(n)
+        ctx, module, names = mlir_module(text, resources, MODULE_FILE, as_arguments=True)
+        with ctx:
+            code = jax_mlir.module_to_bytecode(module)
+        del module, ctx  # XLA reads the bytecode
+        try:
+            exe = jax_mlir.compile_replicated(client, code, n)
+        except RuntimeError as e:  # parses and verifies, but XLA cannot compile it
+            raise BundleError(f"{MODULE_FILE}: XLA cannot compile main ({first_line(e)})") from None
+        return client, exe, names
+
+    return EXECUTABLES.get(key, compile_main)
 
 
 def _same_constant(given: Any, value: Any) -> bool:
@@ -121,8 +127,7 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
         >>> [len(r) for r in run(bundle, (x.numpy(),), (x.numpy(),), num_replicas=2)]   # [[out0 on replica 0], [... 1]]
         [1, 1]
     """
-    from torch_xla_ext._compat import jax_mlir
-
+    _versions.require("export.jax")
     bundle = as_bundle(bundle_or_dir, "bundle_or_dir")
     if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
         raise RunInputError(f"num_replicas: expected an int >= 1, got {num_replicas!r}")

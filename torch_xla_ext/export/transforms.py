@@ -23,19 +23,34 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from torch_xla_ext import _dtypes, _json
+from torch_xla_ext import _dtypes, _json, _versions
+from torch_xla_ext._compat import jax_export, jax_mlir
 from torch_xla_ext.export import graph, main_wrapper, tensor_file
-from torch_xla_ext.export.bundle import (MODULE_FILE, Bundle, as_bundle, constant_to_argument, mlir_module, resource_name,
-                                         resource_of, used_resources)
+from torch_xla_ext.export.files import JAX_EXPORT_DIR, MODULE_FILE, read_file
+from torch_xla_ext.export.manifest import Manifest
+from torch_xla_ext.export.program import constant_to_argument, mlir_module, resource_name, resource_of, used_resources
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
+                                        JaxExportExpiredError,
                                         RunInputError, WeightsTooLargeError)
 from torch_xla_ext.export.manifest import dtype_name, is_python_constant, np_dtype
 
+if TYPE_CHECKING:
+    from torch_xla_ext.export.bundle import Bundle  # the transforms take and make Bundles; bundle.py uses them
+
 _INNER = "_txe_main_inner"
+
+
+def as_bundle(value: Any, what: str = "bundle") -> "Bundle":
+    """``value`` if it is a Bundle; a BundleTypeError naming ``what`` otherwise. (These transforms
+    take a Bundle; ``export.strip_tokens`` and the others in ``torch_xla_ext.export`` also take its
+    directory, which they load first.)"""
+    if not (isinstance(getattr(value, "manifest", None), Manifest) and isinstance(getattr(value, "module_text", None), str)):
+        raise BundleTypeError(f"{what}: expected an export.Bundle or a bundle directory, got {type(value).__name__}")
+    return value
 
 def _resource_constant(arr: np.ndarray, dtype: str, resources: dict[str, np.ndarray]) -> np.ndarray | str:
     """What an inlined array becomes: the name of a `dense_resource` (text holds no data; the
@@ -116,7 +131,8 @@ def _rewrite(bundle: Bundle, drop: dict[int, np.ndarray | str], transform: str, 
     manifest = dataclasses.replace(m, inputs=inputs, collectives=colls, transforms=m.transforms + [transform])
     used = {inp.file for inp in inputs if inp.file}
     values = used_resources(text, {**bundle.resources, **(resources or {})}, f"{transform} output")
-    return Bundle(text, manifest, {k: v for k, v in bundle.arrays.items() if k in used}, resources=values)
+    return dataclasses.replace(bundle, module_text=text, manifest=manifest, torch_xla_export=None,
+                               arrays={k: v for k, v in bundle.arrays.items() if k in used}, resources=values)
 
 
 def strip_tokens(bundle: Bundle) -> Bundle:
@@ -124,6 +140,7 @@ def strip_tokens(bundle: Bundle) -> Bundle:
 
     Example: ``run(strip_tokens(bundle), x)`` takes the same user inputs and gives the same result.
     """
+    _versions.require("export.jax")
     bundle = as_bundle(bundle)
     drop = {}
     for inp in bundle.manifest.inputs:
@@ -141,6 +158,7 @@ def inline_constants(bundle: Bundle, weights: bool = False) -> Bundle:
 
     Example: ``b = inline_constants(bundle, weights=True)`` leaves only user inputs and tokens.
     """
+    _versions.require("export.jax")
     bundle = as_bundle(bundle)
     kinds = ("constant", "parameter", "buffer") if weights else ("constant",)
     drop: dict[int, np.ndarray | str] = {}
@@ -214,8 +232,6 @@ class JaxExport:
 
         Example: ``jax.export.deserialize(to_jax(bundle).serialize())``.
         """
-        from torch_xla_ext._compat import jax_export
-
         try:
             return jax_export.serialize(self.exported, where)
         except ValueError as e:  # over jax.export's flatbuffer limit
@@ -243,14 +259,14 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     Exported whose calling convention lies outside the running JAX's window, or a serialization
     this JAX cannot read, raises BundleVersionError naming the file and the window (JAX itself
     would call an Exported of a newer calling convention without checking). Other bad files raise
-    BundleError / BundleFileNotFoundError naming the file.
+    BundleError / BundleFileNotFoundError naming the file. One older than the running JAX reads
+    (jax.export keeps a 6-month window: jax 0.11.1 and later refuse jax 0.7.1's serializations)
+    raises JaxExportExpiredError, a BundleVersionError; ``export.load_jax`` of a bundle directory
+    re-lowers the bundle's StableHLO instead, so the window does not bite a bundle.
 
     Example: ``(y,) = load_jax("/tmp/m.jax").call(x)``.
     """
-    import jax
-
-    from torch_xla_ext._compat import jax_export
-    from torch_xla_ext.export.bundle import JAX_EXPORT_DIR, read_file
+    import jax  # JAX is imported when a JAX export is read or made, not with export
 
     if not isinstance(path, (str, os.PathLike)):
         raise BundleTypeError(f"path: expected a directory written by JaxExport.save (or a bundle saved with "
@@ -258,6 +274,7 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise BundleFileNotFoundError(f"{path}: missing (a directory written by JaxExport.save)")
+    _versions.require("export.jax")
     if os.path.isdir(os.path.join(path, JAX_EXPORT_DIR)):
         path = os.path.join(path, JAX_EXPORT_DIR)
     epath, wpath = os.path.join(path, EXPORTED_FILE), os.path.join(path, WEIGHTS_FILE)
@@ -265,6 +282,9 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
     try:
         exported = jax_export.deserialize(data)
     except ValueError as e:
+        if jax_export.expired(e):  # jax's words: matched in _compat
+            raise JaxExportExpiredError(f"{epath}: serialized by a jax.export older than jax {jax.__version__} "
+                                        f"reads ({e}); re-export it, or load the bundle directory") from None
         newer = jax_export.unsupported_version(e)  # jax's words: matched in _compat
         if newer is not None and newer > 0:
             raise BundleVersionError(f"{epath}: written by a newer jax.export than jax {jax.__version__} reads "
@@ -272,6 +292,9 @@ def load_jax(path: str | os.PathLike) -> JaxExport:
         raise BundleError(f"{epath}: not a jax.export.Exported this JAX ({jax.__version__}) reads: {e}") from None
     low, high = jax_export.calling_convention_window()
     version = exported.calling_convention_version
+    if version < low:
+        raise JaxExportExpiredError(f"{epath}: calling convention version {version} is below jax {jax.__version__}'s "
+                                    f"window [{low}, {high}]; re-export it, or load the bundle directory")
     if not low <= version <= high:
         raise BundleVersionError(f"{epath}: calling convention version {version} is outside jax {jax.__version__}'s "
                                  f"window [{low}, {high}] (jax.export's minimum/maximum_supported_calling_"
@@ -318,11 +341,10 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
         >>> logits.shape, str(logits.dtype)
         ((2, 4), 'float32')
     """
-    import jax
+    _versions.require("export.jax")
+    import jax  # as in load_jax
     import jax.export  # a submodule `import jax` does not load
     from jax.extend import mlir as jmlir
-
-    from torch_xla_ext._compat import jax_export, jax_mlir
 
     bundle = as_bundle(bundle)
     if not isinstance(platform, str) or not platform:

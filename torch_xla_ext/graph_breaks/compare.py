@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 from torch_xla_ext import _factory, _json
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
-from torch_xla_ext.graph_breaks.worker import EXIT_BAD_INPUT, MODES, run_mode
+from torch_xla_ext.graph_breaks.worker import EXIT_BAD_INPUT, MODES, median, run_mode
 
 __all__ = ["Comparison", "ModeResult", "compare", "failure_markdown"]
 
@@ -46,9 +46,7 @@ class ModeResult:
 
     @property
     def median_ms(self) -> float:
-        s = sorted(self.step_ms)
-        n = len(s)
-        return (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2) if n else float("nan")
+        return median(self.step_ms)
 
     def to_dict(self, timeline: bool = True) -> dict[str, Any]:
         return {"mode": self.mode, "train": self.train, "isolation": self.isolation, "step_ms": self.step_ms,
@@ -261,9 +259,10 @@ def _run_worker(cmd: list[str], mode: str, out_path: str, timeout_s: float,
     err_lines: list[str] = []
     bad_input: list[str] = []
 
+    stderr = proc.stderr  # stderr=PIPE: a stream, whatever -O strips
+
     def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
+        for line in stderr or ():
             if line.startswith("[progress] "):
                 if progress:
                     progress(line[len("[progress] "):].rstrip())

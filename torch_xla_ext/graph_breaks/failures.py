@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from torch_xla_ext._compat import dynamo as _dynamo
+from torch_xla_ext.errors import first_line
 
 __all__ = ["KNOWN_FAILURES", "describe_failure"]
 
@@ -98,7 +99,7 @@ def describe_failure(exc: BaseException) -> dict[str, Any]:
     if source is None:
         source = _dynamo.user_frame(exc)
     text = str(inner).strip()
-    first = text.splitlines()[0] if text else ""
+    first = first_line(inner) if text else ""
     if len(first) > 400:  # Dynamo's fake-tensor errors put every argument on the first line
         first = first[:400] + " ..."
     known = next((k for k in KNOWN_FAILURES if k["aten_op"] in (node_op, op) and _dynamo.message_has(text, k["message"])),

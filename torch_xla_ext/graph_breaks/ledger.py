@@ -229,7 +229,7 @@ class GraphBreakLedger:
                                       "this process; set TORCH_TRACE=DIR before torch is imported")
             if trace_log.active() and self._rank.get("source") == "RANK" and self._rank.get("rank") is not None:
                 trace_log.name_file_by_rank(self._rank["rank"])  # for tlparse --all-ranks-html
-        self._native_start = _core.global_ledger().counts()
+        self._native_start = _core.global_ledger().totals()
         self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
         self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _lazy.replica)]
         for w in self._watches:
@@ -267,7 +267,7 @@ class GraphBreakLedger:
             raise GraphBreakError("report(): the region has not started; use `with account() as ledger:`")
         return self._build(self._window.delta(), time.monotonic_ns(), record=False)
 
-    def recent_events(self) -> list[dict[str, Any]]:
+    def recent_events(self) -> list[_core.Event]:
         """The most recent per-step and compile events in order (bounded ring; the report's
         counts never drop)."""
         return self._ledger.recent_events()
@@ -279,11 +279,11 @@ class GraphBreakLedger:
         rows = self._ledger.aggregates()
         # Executions from the ExecuteTime metric: counters are cleared by the bridge meanwhile, and
         # an execution finishing on its own thread while they are read and cleared would be lost.
-        bridge_exec = sum(r["count"] for r in rows if r["kind"] == "execute" and r["stage"] == "bridge")
+        bridge_exec = sum(r.count for r in rows if r.kind == K.execute and r.stage == S.bridge)
         executions = tm("ExecuteTime").count
         lazy_exec = max(0, executions - bridge_exec)
         fallback_ops = {k: v for k, v in c.items() if k.startswith("aten::") and v > 0}
-        launched = sum(int(r["key"] or 0) * r["count"] for r in rows if r["kind"] == "sync")
+        launched = sum(int(r.key or 0) * r.count for r in rows if r.kind == K.sync)
         forced = max(0, lazy_exec - launched)
         forced_by = {k: c[k] for k in _HOST_READ_COUNTERS if c.get(k, 0) > 0}
         for op, n in fallback_ops.items():
@@ -304,7 +304,6 @@ class GraphBreakLedger:
                 L.record(K.fallback_op, S.xla, key=op, count=n)
             if forced:
                 L.record(K.forced_execution, S.lazy, count=forced)
-        counts = self._ledger.counts()
         per_hash, replicas = self._per_hash(rows)
         aot: dict[str, int] = {}
         for a in self._aot.values():
@@ -318,20 +317,20 @@ class GraphBreakLedger:
             notes.append(f"{len(replicas)} replicas in this process (thread per device): syncs and bridge "
                          "executions are attributed per replica; torch_xla's counters (XLA compiles, lazy "
                          "executions, transfers, fallback ops) are process-wide and cannot be split per replica.")
-        native_end = _core.global_ledger().counts()
+        native_end = _core.global_ledger().totals()
         report = GraphBreakReport(
             rank=dict(self._rank),
             steps=len(self._steps),
             dynamo_compiles=len(self._compiles),
-            fx_graphs=counts["fx_graph"],
+            fx_graphs=self._ledger.count(K.fx_graph),
             fx_breaks=sorted((dict(b) for b in self._breaks.values()), key=lambda b: -b["count"]),
             graphs_ended_by_break=sum(1 for g in self._graphs.values() if g["ended_by"]),
-            recompiles=counts["recompile"],
+            recompiles=self._ledger.count(K.recompile),
             recompile_reasons=[dict(r) for r in self._recompiles.values()],
             aot_graphs=dict(sorted(aot.items())),
             bridge_graphs=len(self._bridges),
-            xla_partitions=counts["xla_partition"],
-            fallback_nodes={r["key"]: r["count"] for r in rows if r["kind"] == "fallback_node"},
+            xla_partitions=self._ledger.count(K.xla_partition),
+            fallback_nodes={r.key: r.count for r in rows if r.kind == K.fallback_node},
             eager_nodes=dict(sorted(eager.items())),
             joined=self._joined(),
             per_graph_hash=per_hash,
@@ -340,7 +339,7 @@ class GraphBreakLedger:
             cached_compiles=c.get("CachedCompile", 0),
             executions=executions,
             transfers_to_host=tm("TransferFromDeviceTime").count,
-            syncs=counts["sync"],
+            syncs=self._ledger.count(K.sync),
             forced_executions=forced,
             forced_by=dict(sorted(forced_by.items())),
             dynamo_input_syncs=c.get("DynamoSyncInputExecuteTime", 0),
@@ -349,8 +348,8 @@ class GraphBreakLedger:
             transfer_ms=tm("TransferFromDeviceTime").total / 1e6,
             wall_ms=(t_end - self._t0) / 1e6,
             replicas=replicas,
-            native_hooks={k: native_end[k] - self._native_start.get(k, 0)
-                          for k in native_end if native_end[k] - self._native_start.get(k, 0)},
+            native_hooks={name: native_end.count(k) - self._native_start.count(k)
+                          for name, k in K.__members__.items() if native_end.count(k) - self._native_start.count(k)},
             notes=notes,
         )
         report.timeline, dropped = _trace.collect(self, t_end)
@@ -359,7 +358,7 @@ class GraphBreakLedger:
                                 f"{dropped} earlier ones are counted but not drawn (account(ring_capacity=...))")
         return report
 
-    def _per_hash(self, rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    def _per_hash(self, rows: list[_core.Aggregate]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
         per_hash: dict[str, dict[str, Any]] = {}
 
         def entry(h: str) -> dict[str, Any]:
@@ -372,16 +371,16 @@ class GraphBreakLedger:
             e["compile_ms"] += sum(times)
         replicas: dict[str, dict[str, Any]] = {}
         for r in rows:
-            rep = str(r["replica"]) if r["replica"] >= 0 else None
-            if r["kind"] == "execute" and r["stage"] == "bridge":
-                e = entry(r["key"])
-                e["executions"] += r["count"]
-                e["dispatch_ms"] += r["total_ns"] / 1e6
+            rep = str(r.replica) if r.replica >= 0 else None
+            if r.kind == K.execute and r.stage == S.bridge:
+                e = entry(r.key)
+                e["executions"] += r.count
+                e["dispatch_ms"] += r.total_ns / 1e6
                 if rep is not None:
-                    e["by_replica"][rep] = e["by_replica"].get(rep, 0) + r["count"]
-                    replicas.setdefault(rep, {"syncs": 0, "executions": 0})["executions"] += r["count"]
-            elif r["kind"] == "sync" and rep is not None:
-                replicas.setdefault(rep, {"syncs": 0, "executions": 0})["syncs"] += r["count"]
+                    e["by_replica"][rep] = e["by_replica"].get(rep, 0) + r.count
+                    replicas.setdefault(rep, {"syncs": 0, "executions": 0})["executions"] += r.count
+            elif r.kind == K.sync and rep is not None:
+                replicas.setdefault(rep, {"syncs": 0, "executions": 0})["syncs"] += r.count
         for b in self._bridges.values():
             for p in b["partitions"]:
                 entry(p["hash"]).setdefault("partition_of", b["aot_name"])

@@ -69,18 +69,19 @@ def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
     dropped = max(0, ledger._ledger.events_recorded - len(ring))
     epoch = ledger._ledger.epoch_ns
     for e in ring:
-        end = epoch + e["timestamp_ns"]
-        rep = e["replica"] if e["replica"] >= 0 else None
-        if e["kind"] == "sync":
-            add("sync", "lazy", "sync" if rep is None else f"sync r{rep}", end - e["duration_ns"], e["duration_ns"],
-                rep, graphs_launched=int(e["key"] or 0))
-        elif e["kind"] == "execute" and e["stage"] == "bridge":
-            add(f"run {e['key'][:12]}", "bridge", "bridge execute" if rep is None else f"bridge execute r{rep}",
-                end - e["duration_ns"], e["duration_ns"], rep, graph_hash=e["key"])
-        elif e["kind"] in _INSTANT_KINDS:
-            what = e["key"] or e["reason"]
-            add(f"{e['kind'].replace('_', ' ')} {what}"[:80], _INSTANT_KINDS[e["kind"]], _INSTANT_KINDS[e["kind"]],
-                end, 0, rep, **({"frame": f"{e['file']}:{e['line']}"} if e["file"] else {}))
+        end = epoch + e.timestamp_ns
+        rep = e.replica if e.replica >= 0 else None
+        kind = e.kind.name
+        if kind == "sync":
+            add("sync", "lazy", "sync" if rep is None else f"sync r{rep}", end - e.duration_ns, e.duration_ns,
+                rep, graphs_launched=int(e.key or 0))
+        elif kind == "execute" and e.stage.name == "bridge":
+            add(f"run {e.key[:12]}", "bridge", "bridge execute" if rep is None else f"bridge execute r{rep}",
+                end - e.duration_ns, e.duration_ns, rep, graph_hash=e.key)
+        elif kind in _INSTANT_KINDS:
+            what = e.key or e.reason
+            add(f"{kind.replace('_', ' ')} {what}"[:80], _INSTANT_KINDS[kind], _INSTANT_KINDS[kind],
+                end, 0, rep, **({"frame": f"{e.file}:{e.line}"} if e.file else {}))
     for metric, track in _SAMPLED.items():
         for wall_s, value_ns in _metrics.metric_samples(metric):
             end_rel_ns = wall_s * 1e9 - wall0

@@ -33,6 +33,7 @@ import time
 import weakref
 from typing import Any, Callable, Protocol
 
+from torch_xla_ext import _versions
 from torch_xla_ext._compat import dynamo as _dynamo
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.errors import InternalError
@@ -290,6 +291,7 @@ def _install_bridge_if_ready(loaded: bool = False) -> None:
     global _bridge_installed
     if _bridge_installed or not _sinks or not (loaded or _torch_xla_loaded()):
         return
+    _versions.require("graph_breaks.openxla")
     from torch_xla_ext._compat import openxla as _openxla
 
     _openxla.install(_JOIN, _execute_stand_in)

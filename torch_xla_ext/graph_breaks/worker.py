@@ -13,6 +13,7 @@ mode, so torch_xla's and Dynamo's process-wide caches start empty for each.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -21,10 +22,16 @@ from torch_xla_ext import _factory, _json
 from torch_xla_ext.graph_breaks.ledger import account
 from torch_xla_ext.graph_breaks.report import GraphBreakError
 
-__all__ = ["MODES", "default_loss", "run_mode", "main"]
+__all__ = ["MODES", "default_loss", "median", "run_mode", "main"]
 
 MODES = ("lazy", "dynamo")
 EXIT_BAD_INPUT = 2
+
+
+def median(values: list[float]) -> float:
+    """The one median of step times (the mean of the middle two for an even count; NaN for none):
+    what a worker's progress line prints and what the comparison reports."""
+    return statistics.median(values) if values else float("nan")
 
 
 def default_loss(output: Any):
@@ -32,7 +39,7 @@ def default_loss(output: Any):
     floating-point tensor in the output (a ModelOutput's logits or last_hidden_state, a tuple's
     first tensor, a plain tensor)."""
     import torch
-    import torch.utils._pytree as pytree
+    from torch_xla_ext._compat import pytree
 
     for leaf in pytree.tree_leaves(output):
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
@@ -44,7 +51,7 @@ def default_loss(output: Any):
 def make_step(made: _factory.Made, mode: str, train: bool, lr: float = 1e-3) -> Callable[[], Any]:
     """The step of one mode on the XLA device, ready to call repeatedly."""
     import torch
-    import torch.utils._pytree as pytree
+    from torch_xla_ext._compat import pytree
     import torch_xla
 
     from torch_xla_ext._compat import metrics as _metrics
@@ -118,7 +125,7 @@ def run_mode(made: _factory.Made, mode: str, warmup: int, steps: int, train: boo
                     steady.step()
                     whole.step()
             if progress:
-                progress(f"{mode}: {steps} timed steps, median {sorted(step_ms)[len(step_ms) // 2]:.3f} ms")
+                progress(f"{mode}: {steps} timed steps, median {median(step_ms):.3f} ms")
         except GraphBreakError:
             raise
         except Exception as e:  # noqa: BLE001 - the failure is the finding, reported below

@@ -32,7 +32,7 @@ Example:
 
 from torch_xla_ext import _versions
 
-_versions.require_torch_stack("parity")  # before anything here imports torch
+_versions.require("parity")  # before anything here imports torch
 
 from torch_xla_ext.parity.api import assert_parity, localize, verify
 from torch_xla_ext.parity.capturing import Capture, capture, load_capture

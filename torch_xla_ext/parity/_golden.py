@@ -19,7 +19,8 @@ def widened_class(dtype: Any = None):
     """``_Widened``: a tensor stored in a narrower float that every op sees as ``dtype`` (default
     float64), one class (and one cache) per dtype, made once."""
     import torch
-    from torch.utils._pytree import tree_map
+    from torch_xla_ext._compat import dispatch
+    from torch_xla_ext._compat.pytree import tree_map
 
     dtype = torch.float64 if dtype is None else dtype
     if dtype in _WIDENED:
@@ -36,10 +37,7 @@ def widened_class(dtype: Any = None):
 
         @staticmethod
         def __new__(cls, stored):
-            return torch.Tensor._make_wrapper_subclass(cls, stored.shape, strides=stored.stride(),
-                                                       storage_offset=stored.storage_offset(),
-                                                       dtype=wide, device=stored.device,
-                                                       requires_grad=False)
+            return dispatch.make_wrapper_subclass(cls, stored, dtype=wide)
 
         def __init__(self, stored):
             self.stored = stored

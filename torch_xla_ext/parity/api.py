@@ -6,7 +6,7 @@ import dataclasses
 import time
 from typing import Any
 
-from torch_xla_ext import numerics
+from torch_xla_ext import _versions, numerics
 from torch_xla_ext.parity import explain as _explain
 from torch_xla_ext.parity import capturing, localization, runners
 from torch_xla_ext.parity._checks import check_inputs, tolerances
@@ -57,6 +57,7 @@ def verify(
         >>> r.verdict
         <Verdict.PASS: 'PASS'>
     """
+    _versions.require("parity.xla")  # before anything here imports torch_xla or JAX
     import torch
 
     t_start = time.perf_counter()

@@ -29,7 +29,7 @@ import os
 import weakref
 from typing import Any, Callable, Literal, NamedTuple
 
-from torch_xla_ext import _dtypes, _json
+from torch_xla_ext import _dtypes, _json, _versions
 from torch_xla_ext.parity import runners
 from torch_xla_ext.parity._checks import check_inputs
 from torch_xla_ext.parity.errors import CaptureError, CaptureNotFoundError, ParityError, ParityTypeError
@@ -404,6 +404,7 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
         >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
         'xla_run.safetensors'
     """
+    _versions.require("parity.xla")  # before torch_xla is imported here
     import torch
     import torch_xla
 

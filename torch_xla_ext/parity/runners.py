@@ -53,7 +53,7 @@ def move(value: Any, device: Any, dtype: Any) -> Any:
     """Tensors of ``value`` (args tuple, kwargs dict, nested containers) detached, floats cast to
     ``dtype`` on the CPU first (so XLA receives data already in dtype, not a convert), moved."""
     import torch
-    from torch.utils._pytree import tree_map
+    from torch_xla_ext._compat.pytree import tree_map
 
     def one(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
@@ -118,7 +118,7 @@ def _key_entries(node: Any) -> list[tuple[str, Any]] | None:
     ModelOutputs (dataclasses that are also dicts), other dataclasses, mappings, sequences, and
     objects that hold tensors as attributes (HF caches)."""
     import torch
-    from torch.utils import _pytree as pytree
+    from torch_xla_ext._compat import pytree
 
     if isinstance(node, torch.Tensor) or node is None or isinstance(node, (bool, int, float, str, bytes)):
         return None
@@ -507,11 +507,5 @@ def release_freed_memory(collect: bool = True) -> None:
 
 
 def to_numpy(t: Any) -> np.ndarray:
-    """A CPU tensor as numpy; bfloat16 as ml_dtypes.bfloat16 (bit for bit)."""
-    import ml_dtypes
-    import torch
-
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    """A CPU tensor as numpy; ml_dtypes' types (bfloat16, float8) bit for bit (the one conversion)."""
+    return _dtypes.numpy_from_tensor(t)

@@ -39,7 +39,7 @@ def _apply(layer: Any, carry: Any) -> Any:
 
 def _float_leaves(tree: Any) -> list[Any]:
     import torch
-    from torch.utils._pytree import tree_leaves
+    from torch_xla_ext._compat.pytree import tree_leaves
 
     return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
@@ -131,7 +131,7 @@ def scan_layers(
     ref_layers = layers if reference_layers is None else list(reference_layers)
     if len(ref_layers) != len(layers):
         raise ParityError(f"reference_layers: has {len(ref_layers)} layers, layers has {len(layers)}")
-    from torch.utils._pytree import tree_flatten_with_path, keystr
+    from torch_xla_ext._compat.pytree import tree_flatten_with_path, keystr
 
     leaves, _ = tree_flatten_with_path(x)
     for path, leaf in leaves:
@@ -223,7 +223,7 @@ def _xla_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int):
     import torch
     import torch_xla
 
-    from torch.utils._pytree import tree_map
+    from torch_xla_ext._compat.pytree import tree_map
 
     from torch_xla_ext._compat import hlo as _hlo
     from torch_xla_ext._compat import hlo_debug as _hlo_debug
@@ -259,7 +259,7 @@ def _xla_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int):
 
 def _cpu_layer_outputs(layers: Sequence[Any], x: Any, dtype: Any, seed: int, via: Any = None) -> list[Any]:
     import torch
-    from torch.utils._pytree import tree_map
+    from torch_xla_ext._compat.pytree import tree_map
 
     torch.manual_seed(seed)
     h = runners.move(runners.move(x, "cpu", via), "cpu", dtype)

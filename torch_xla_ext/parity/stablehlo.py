@@ -23,8 +23,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator
 
-from torch_xla_ext import _mlir_graph
+from torch_xla_ext import _mlir_graph, _mlir_text
 from torch_xla_ext._ext import parity as _core
+from torch_xla_ext.errors import first_line  # noqa: F401 - replays.py reads it from here
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 
 __all__ = ["FLOAT_TYPES", "FunctionGraph", "Program", "RoundingPoint"]
@@ -88,8 +89,7 @@ def build_graph(func: Any, excess_precision: bool = True) -> FunctionGraph:
     cc/parity's rounding points over it."""
     g = _mlir_graph.walk(func, error=ReplayError)
     # The walk's indices are the graph's: the function's return, left out, is its last op.
-    op_tuples = [(o.name, o.operands, o.results, o.parent, o.region_args, o.attributes) for o in g.graph_ops]
-    analysis = _core.find_rounding_points(g.value_types, g.num_args, op_tuples, g.returned, excess_precision)
+    analysis = _core.find_rounding_points(_mlir_graph.core_graph(g), excess_precision)
     return FunctionGraph(g.name, func, g.ops, g.values, g.value_types, g.num_args, g.returned, analysis, g.next_op,
                          [o.operands for o in g.graph_ops], g.mlir_types)
 
@@ -117,25 +117,9 @@ class Program:
     @classmethod
     def from_hlo_proto(cls, proto: bytes, **kwargs: Any) -> "Program":
         """From a serialized HloModuleProto (torch_xla's ``_get_xla_tensors_hlo_proto``)."""
-        import jax
-        from jax.extend.mlir import hlo_to_stablehlo, ir
-
-        from torch_xla_ext._compat import jax_mlir
-
         if not isinstance(proto, (bytes, bytearray)):
             raise ParityTypeError(f"proto: expected a serialized HloModuleProto (bytes), got {type(proto).__name__}")
-        try:
-            mlir = hlo_to_stablehlo(bytes(proto))
-        except jax.errors.JaxRuntimeError as e:
-            raise ReplayError(f"proto: jaxlib's hlo_to_stablehlo cannot convert it ({first_line(e)})") from None
-        ctx = jax_mlir.make_context()
-        with ctx:
-            try:
-                module = ir.Module.parse(mlir)
-            except ir.MLIRError as e:
-                raise ReplayError(f"hlo_to_stablehlo's output does not parse: {first_line(e)}") from None
-            text = module.operation.get_asm(enable_debug_info=True, large_elements_limit=None)
-        return cls(text, **kwargs)
+        return cls(_mlir_text.hlo_to_stablehlo_text(proto, "proto", error=ReplayError, debug_info=True), **kwargs)
 
     @property
     def main(self) -> FunctionGraph:
@@ -164,24 +148,9 @@ def _bare(name: str) -> str:
     return name
 
 
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return " ".join(line.strip() for line in text.splitlines()[:3]) or type(e).__name__
-
-
 def parse(text: str, what: str) -> tuple[Any, Any]:
-    """(context, module) of StableHLO text; ReplayError naming ``what`` when MLIR rejects it."""
-    from jax.extend.mlir import ir
-
-    from torch_xla_ext._compat import jax_mlir
-
-    ctx = jax_mlir.make_context()
-    with ctx:
-        try:
-            module = ir.Module.parse(text)
-        except ir.MLIRError as e:
-            raise ParityError(f"{what} is not a parsable StableHLO module: {first_line(e)}") from None
-    return ctx, module
+    """(context, module) of StableHLO text; ParityError naming ``what`` when MLIR rejects it."""
+    return _mlir_text.parse(text, what, error=ParityError)
 
 
 def functions(module: Any) -> list[Any]:

@@ -15,6 +15,8 @@ import threading
 import traceback
 from typing import Any
 
+from torch_xla_ext import _versions
+from torch_xla_ext.errors import first_line
 from torch_xla_ext.trace import frames as _frames
 from torch_xla_ext.trace.stream import RankFile
 
@@ -64,12 +66,13 @@ class Recorder:
 
         self._runtime["torch"] = str(torch.__version__)
         try:
+            _versions.require("trace")
             from torch_xla_ext.trace.dynamo import DynamoRecorder
 
             self.dynamo = DynamoRecorder(self.emit, self.now)
             self.dynamo.install()
-        except Exception as e:  # noqa: BLE001
-            self.note(f"Dynamo events not recorded: {type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 - the user's program runs on, untraced in this half
+            self.note(f"Dynamo events not recorded: {first_line(e, with_type=True)}")
         atexit.register(self.at_exit)  # a torch-only process ends with a record too
 
     def on_torch_xla(self, module: Any) -> None:
@@ -81,18 +84,24 @@ class Recorder:
         self._runtime["torch_xla"] = str(getattr(torch_xla, "__version__", ""))
         self.file.set_ordinal(lazy.runtime_ordinal)
         try:
+            _versions.require("trace.lazy")
+        except Exception as e:  # noqa: BLE001 - the user's program runs on, untraced in this half
+            self.note(f"lazy-tensor and openxla bridge events not recorded: {first_line(e, with_type=True)}")
+            atexit.register(self.at_exit)
+            return
+        try:
             self.lazy = LazyRecorder(self.emit, self.now, self.sites, self.debug_path, self.capture)
             how = self.lazy.install()
             if how != "tap":
                 self.note("the step marker is wrapped in Python (torch_xla_ext's extension does not load here): "
                           "torch_xla's own cause text of a sync names our wrapper")
         except Exception as e:  # noqa: BLE001
-            self.note(f"lazy-tensor events not recorded: {type(e).__name__}: {e}")
+            self.note(f"lazy-tensor events not recorded: {first_line(e, with_type=True)}")
         if self.dynamo is not None:
             try:
                 self.dynamo.install_bridge()
             except Exception as e:  # noqa: BLE001
-                self.note(f"openxla bridge events not recorded: {type(e).__name__}: {e}")
+                self.note(f"openxla bridge events not recorded: {first_line(e, with_type=True)}")
         # After torch_xla's own exit handler is registered, so ours runs first (atexit is LIFO;
         # at_exit runs once, whichever registration comes first).
         atexit.register(self.at_exit)

@@ -1,4 +1,4 @@
-"""Boundaries of the package (issue 22), read from the source with ``ast``, nothing imported:
+"""Boundaries of the package, read from the source with ``ast``, nothing imported:
 
 * no private name crosses a module: ``from m import _x`` or ``m._x`` of a torch_xla_ext or tests
   module ``m`` other than the file's own (private *modules* such as ``_compat``, ``_ext`` and
@@ -6,14 +6,16 @@
   the same rule);
 * no import cycle between torch_xla_ext's modules, function-level imports included (``if
   TYPE_CHECKING:`` imports are types only and do not count);
-* ``_compat`` (the touch points with torch, torch_xla and JAX internals) imports nothing of ours
-  but ``errors`` and its own modules: no ``_ext``, no component;
+* private torch, torch_xla and JAX APIs (a module or attribute whose name starts with ``_``:
+  ``torch.utils._pytree``, ``torch_xla._XLAC``, ``jax._src``, ``torch.Tensor._make_wrapper_subclass``)
+  are used only in ``_compat``, one module per upstream subsystem;
+* ``_compat`` imports nothing of ours but the shared rules below it (``errors``, ``_json``,
+  ``_dtypes``, ``_validation``) and its own modules: no ``_ext``, no component;
 * control flow on an upstream exception's text (``"..." in str(e)``, a regex over it) happens only
-  in ``_compat``, where each matched message has a canary (``compat_canary_test.py``).
+  in ``_compat``, where each matched message has a canary (``tests/graph_breaks/compat_canary_test.py``).
 
-Repo-wide, not graph_breaks-specific: it lives here because it came with issue 22.2. Under Bazel
-it sees torch_xla_ext's sources (a dependency of every test) and the test files in its runfiles;
-under plain pytest, the whole tests/ tree."""
+Under Bazel it sees torch_xla_ext's sources (a dependency of every test) and the test files in its
+runfiles; under plain pytest, the whole tests/ tree."""
 
 from __future__ import annotations
 
@@ -28,11 +30,8 @@ PACKAGE = os.path.dirname(os.path.abspath(torch_xla_ext.__file__))
 ROOT = os.path.dirname(PACKAGE)
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Cycles present when issue 22.2 landed, in modules other helpers own; a new cycle fails.
-KNOWN_CYCLES = {
-    frozenset({"torch_xla_ext.export.bundle", "torch_xla_ext.export.transforms"}),
-    frozenset({"torch_xla_ext.export.exporter", "torch_xla_ext.export.lazy"}),
-}
+# The libraries whose private names only torch_xla_ext/_compat may use.
+UPSTREAM = ("torch", "torch_xla", "jax", "jaxlib")
 
 
 def _sources() -> dict[str, str]:
@@ -172,6 +171,56 @@ def import_cycles() -> list[frozenset[str]]:
     return cycles
 
 
+def _upstream_private(dotted: str) -> bool:
+    parts = dotted.split(".")
+    return parts[0] in UPSTREAM and any(_private(p) for p in parts[1:])
+
+
+def private_upstream_uses() -> list[str]:
+    """Every use of a private torch / torch_xla / JAX module or attribute outside _compat: an import
+    of one (``import torch.utils._pytree``, ``from torch.utils import _pytree``, ``from jax._src import
+    config``), or an attribute chain through one from a name bound to an upstream module
+    (``torch._dynamo.reset()``, ``torch.Tensor._make_wrapper_subclass``, ``xm._x`` after ``import
+    torch_xla.core.xla_model as xm``)."""
+    found = []
+    for module, tree in TREES.items():
+        if not module.startswith("torch_xla_ext") or module.startswith("torch_xla_ext._compat"):
+            continue
+        upstream: set[str] = set()  # names bound to an upstream module (or one of its attributes)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Import):
+                for a in n.names:
+                    if a.name.split(".")[0] in UPSTREAM:
+                        upstream.add(a.asname or a.name.split(".")[0])
+                        if _upstream_private(a.name):
+                            found.append(f"{SOURCES[module]}:{n.lineno}: import {a.name}")
+            elif isinstance(n, ast.ImportFrom) and not n.level and (n.module or "").split(".")[0] in UPSTREAM:
+                for a in n.names:
+                    upstream.add(a.asname or a.name)
+                    if _upstream_private(f"{n.module}.{a.name}"):
+                        found.append(f"{SOURCES[module]}:{n.lineno}: from {n.module} import {a.name}")
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Attribute):
+                continue
+            chain, v = [n.attr], n.value
+            while isinstance(v, ast.Attribute):
+                chain.append(v.attr)
+                v = v.value
+            # the outermost attribute of a chain only (x.a._b.c is one use, reported once)
+            if isinstance(v, ast.Name) and v.id in upstream and any(_private(a) for a in chain) \
+                    and not _is_inner_attribute(tree, n):
+                found.append(f"{SOURCES[module]}:{n.lineno}: {ast.unparse(n)}")
+    return sorted(found)
+
+
+def _is_inner_attribute(tree: ast.AST, node: ast.Attribute) -> bool:
+    parents = _PARENTS.setdefault(id(tree), {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)})
+    return isinstance(parents.get(id(node)), ast.Attribute)
+
+
+_PARENTS: dict[int, dict[int, ast.AST]] = {}
+
+
 def _refers_to(expr: ast.AST, names: set[str]) -> bool:
     """Whether ``expr`` is the exception's text: str(e)/repr(e), e.args, an alias of those, or a
     method call on one (str(e).strip())."""
@@ -226,16 +275,16 @@ def test_no_private_name_crosses_a_module():
 
 
 def test_no_import_cycle():
-    new = [sorted(c) for c in import_cycles() if c not in KNOWN_CYCLES]
-    assert new == []
-    parity_or_graph_breaks = [sorted(c) for c in import_cycles()
-                              if any(m.startswith(("torch_xla_ext.parity", "torch_xla_ext.graph_breaks")) for m in c)]
-    assert parity_or_graph_breaks == []
+    assert [sorted(c) for c in import_cycles()] == []
+
+
+def test_private_upstream_apis_only_in_compat():
+    assert private_upstream_uses() == []
 
 
 # What _compat may import of ours: the shared rules below it in bazel/layers.bzl (errors, the one
-# JSON policy, the one dtype table), never a component or the extension.
-_COMPAT_MAY_IMPORT = ("torch_xla_ext.errors", "torch_xla_ext._json", "torch_xla_ext._dtypes")
+# JSON policy, the one dtype table, the one validator), never a component or the extension.
+_COMPAT_MAY_IMPORT = ("torch_xla_ext.errors", "torch_xla_ext._json", "torch_xla_ext._dtypes", "torch_xla_ext._validation")
 
 
 def test_compat_imports_no_component_and_not_the_extension():
@@ -275,6 +324,39 @@ def test_a_planted_cycle_is_found(planted):
     planted("torch_xla_ext.parity.planted_a", "def f():\n    from torch_xla_ext.parity import planted_b\n")
     planted("torch_xla_ext.parity.planted_b", "from torch_xla_ext.parity.planted_a import f\n")
     assert frozenset({"torch_xla_ext.parity.planted_a", "torch_xla_ext.parity.planted_b"}) in import_cycles()
+
+
+def test_a_planted_cycle_outside_parity_is_found(planted):
+    planted("torch_xla_ext.export.planted_low", "from torch_xla_ext.export import planted_high\n")
+    planted("torch_xla_ext.export.planted_high", "import torch_xla_ext.export.planted_low\n")
+    assert [sorted(c) for c in import_cycles()] == [["torch_xla_ext.export.planted_high",
+                                                     "torch_xla_ext.export.planted_low"]]
+
+
+@pytest.mark.parametrize("source,use", [
+    ("import torch.utils._pytree as pytree\n", "import torch.utils._pytree"),
+    ("def f():\n    from torch.utils._pytree import tree_map\n", "from torch.utils._pytree import tree_map"),
+    ("from torch.utils import _pytree\n", "from torch.utils import _pytree"),
+    ("from jax._src import config\n", "from jax._src import config"),
+    ("import torch\ndef f(cls, t):\n    return torch.Tensor._make_wrapper_subclass(cls, t.shape)\n",
+     "torch.Tensor._make_wrapper_subclass"),
+    ("import torch_xla.core.xla_model as xm\nxm._XLAC._xla_all_reduce()\n", "xm._XLAC._xla_all_reduce"),
+    ("def f():\n    import torch\n    torch._dynamo.reset()\n", "torch._dynamo.reset"),
+])
+def test_a_planted_private_upstream_use_is_found(planted, source, use):
+    assert private_upstream_uses() == []
+    planted("torch_xla_ext.export.planted", source)
+    (found,) = private_upstream_uses()
+    assert found.endswith(use), found
+    planted("torch_xla_ext._compat.planted", source)  # the same in _compat is what _compat is for
+    assert private_upstream_uses() == [found]
+
+
+def test_public_upstream_apis_and_our_own_private_names_are_not_upstream_uses(planted):
+    planted("torch_xla_ext.export.planted", "import sys, torch, jax\nfrom torch_xla_ext import _dtypes\n"
+                                            "sys._getframe(0); torch.compiler.disable; jax.tree_util.keystr\n"
+                                            "spec = torch.Size([1]); spec._asdict if False else None\n")
+    assert private_upstream_uses() == []
 
 
 def test_a_planted_text_match_is_found(planted):

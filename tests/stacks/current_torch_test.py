@@ -1,0 +1,226 @@
+"""torch_xla_ext on current torch without torch_xla: torch 2.14.1 and jax[cpu] 0.10.2 on CPython
+3.11 (python/tool_requirements/torch_2_14_1.txt), the wheel installed with
+`pip install 'torch_xla_ext-*.whl[torch,jax]'`; run there by tests/stacks/run_in_venv.py.
+
+* The gate: numerics and the export bundle's JAX side run; graph_breaks' Dynamo half asks for torch
+  alone; everything that needs torch_xla is refused naming it and the install line, before any of
+  it is imported.
+* numerics on torch 2.14.1's tensors (bf16, f16, f32, f64; strided, NaN, inf), against torch's own
+  verdicts: ``torch.isclose`` in float64, ``torch.testing.assert_close``, and the ULP distance
+  from the tensors' bits.
+* The JAX side on bundles the pinned stack exported (``prepare``, run first in the project venv):
+  load, run, strip_tokens, inline_constants, to_jax, load_jax agree with torch 2.14.1's own eager
+  run of the same module with the bundle's weights, within tests/export/bounds.py's bound.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+PREPARED = pathlib.Path(os.environ.get("TXE_PREPARED", "."))
+# tests/export/bounds.py's rule (the venv cannot import the checkout's tests): two float32
+# programs that differ only in summation order lie within 2**8 eps of the output's scale.
+ORDER_TOLERANCE = 2**8
+
+
+class Block(torch.nn.Module):
+    """Two linear layers, a GELU and a LayerNorm, a buffer: a transformer MLP in miniature."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.down = torch.nn.Linear(32, 8)
+        self.register_buffer("offset", torch.linspace(-1.0, 1.0, 8))
+
+    def forward(self, x):
+        return self.down(self.norm(torch.nn.functional.gelu(self.up(x)))) + self.offset
+
+
+def prepare(out_dir: pathlib.Path) -> None:
+    """On the pinned stack: the bundles this file reads (one with an all-reduce token and a scale)."""
+    from torch_xla_ext import collectives, export
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return collectives.all_reduce("sum", self.lin(x), scale=0.5)
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    np.save(out_dir / "x.npy", x.numpy())
+    for name, model in (("block", Block().eval()), ("scaled", Scaled().eval())):
+        export.export(model, (x,)).save(out_dir / name, jax_export=True)
+    (out_dir / "pinned.json").write_text(json.dumps({"torch": torch.__version__}))
+
+
+# ---- the stack --------------------------------------------------------------------------------
+
+
+def test_the_wheel_runs_on_current_torch_without_torch_xla():
+    import torch_xla_ext
+
+    assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__
+    assert importlib.util.find_spec("torch_xla") is None
+    assert torch_xla_ext.__file__.startswith(sys.prefix), torch_xla_ext.__file__  # the wheel, not a checkout
+    assert json.loads((PREPARED / "pinned.json").read_text())["torch"].startswith("2.9.")
+
+
+XLA_FEATURES = ("parity.xla", "collectives", "jax_call", "export.export", "doctor", "graph_breaks.openxla")
+
+
+def test_the_gate_refuses_only_what_needs_torch_xla():
+    from torch_xla_ext import _versions
+
+    assert _versions.status("numerics")[0] == "tested"
+    assert _versions.status("export.jax")[0] == "accepted"  # jax 0.10.2, not the pin: every probe passes
+    for feature in XLA_FEATURES:
+        verdict, message = _versions.status(feature)
+        assert verdict == "refused", (feature, message)
+        assert "torch_xla is not installed" in message and "pip install 'torch-xla-ext[xla]'" in message, message
+        assert "torch 2.14.1" in message  # what is installed
+    # Dynamo's half of the ledger asks for torch alone: whatever the probes say, not for torch_xla.
+    assert _versions.distributions("graph_breaks") == ("torch",)
+    assert "torch_xla is not installed" not in (_versions.refusal("graph_breaks") or "")
+    # parity imports (a saved capture compares on torch alone); its XLA run is refused.
+    from torch_xla_ext import parity
+
+    with pytest.raises(ImportError, match="torch_xla_ext.parity's XLA run and replays cannot run on this stack") as info:
+        parity.verify(torch.nn.Linear(4, 4), (torch.ones(2, 4),))
+    assert isinstance(info.value, _versions.UnsupportedStackError)
+
+
+CLI = str(pathlib.Path(sys.executable).parent / "torch-xla-ext")  # the wheel's console script, in this venv
+
+
+def test_the_stack_command_names_each_refusal(tmp_path):
+    out = subprocess.run([CLI, "stack"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr  # some features are refused here
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("torch-xla-ext stack: CPython 3.11") and "torch 2.14.1, torch_xla -" in lines[0]
+    verdicts = {line.split()[1]: line.split()[0] for line in lines[1:] if line.startswith("  ")}
+    assert verdicts["numerics"] == "tested" and verdicts["export.jax"] == "accepted"
+    assert {f for f, v in verdicts.items() if v == "refused"} >= set(XLA_FEATURES)
+    assert "torch_xla_ext.parity's XLA run and replays cannot run on this stack: torch_xla is not installed" in out.stdout
+
+
+def test_the_numerics_command_compares_files_without_torch_xla(tmp_path):
+    np.save(tmp_path / "a.npy", np.float32([1, 2, 3]))
+    np.save(tmp_path / "b.npy", np.float32([1, 2, 3.5]))
+    out = subprocess.run([CLI, "numerics", "--actual", "a.npy", "--expected", "b.npy"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr  # a mismatch is a failed check
+    assert "Mismatched elements: 1 / 3 (33.3%)" in out.stdout
+
+
+# ---- numerics on torch 2.14.1's tensors ---------------------------------------------------------
+
+_ORDERED = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
+            torch.float64: torch.int64}
+
+
+def _ordered(t: torch.Tensor) -> torch.Tensor:
+    """The float bits as integers in value order (sign-magnitude to two's complement), in int64."""
+    bits = t.contiguous().view(_ORDERED[t.dtype]).to(torch.int64)
+    sign = torch.tensor(1, dtype=torch.int64) << (8 * t.element_size() - 1)
+    magnitude = bits & (sign - 1)
+    return torch.where(bits < 0, -magnitude, magnitude)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_numerics_agrees_with_torch(dtype):
+    from torch_xla_ext import numerics
+
+    g = torch.Generator().manual_seed(7)
+    expected = torch.randn(48, 33, generator=g).to(dtype)
+    noise = torch.where(torch.rand(48, 33, generator=g) < 0.1, torch.randn(48, 33, generator=g) * 1e-2,
+                        torch.zeros(48, 33))
+    actual = (expected.double() + noise.double()).to(dtype)
+    actual_t, expected_t = actual.T, expected.T  # strided views
+    report = numerics.compare(actual_t, expected_t)  # torch.testing's default tolerances for the dtype
+    close = torch.isclose(actual_t.double(), expected_t.double(), rtol=report.rtol, atol=report.atol)
+    assert report.total == close.numel() and report.mismatched == int((~close).sum())
+    assert report.mismatched > 0  # the noise is beyond every dtype's default tolerance somewhere
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(actual_t, expected_t)  # torch's own verdict: they differ too
+    diff = (actual_t.double() - expected_t.double()).abs()
+    assert report.max_abs_diff == float(diff[~close].max())
+    ulps = (_ordered(actual_t) - _ordered(expected_t)).abs()
+    assert report.max_ulp == int(ulps.max())
+    # Equal tensors pass, as torch.testing says; special values follow its rules.
+    assert numerics.compare(expected_t, expected_t.clone()).passed
+    torch.testing.assert_close(expected_t, expected_t.clone())
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0], dtype=dtype)
+    assert numerics.compare(specials, specials.clone(), equal_nan=True).passed
+    assert numerics.compare(specials, specials.clone()).mismatched == 1  # NaN != NaN without equal_nan
+
+
+def test_numerics_imports_neither_jax_nor_torch_xla():
+    code = ("import sys, torch\nfrom torch_xla_ext import numerics\n"
+            "assert numerics.compare(torch.ones(3, dtype=torch.bfloat16), torch.ones(3), check_dtype=False).passed\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'torch_xla')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# ---- the export bundle's JAX side ---------------------------------------------------------------
+
+
+def _assert_same_program(got: np.ndarray, want: np.ndarray, what: str) -> float:
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape, want.dtype, want.shape)
+    scale = float(np.abs(want).max())
+    diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
+    tol = ORDER_TOLERANCE * float(np.finfo(want.dtype).eps) * scale
+    assert diff <= tol, f"{what}: differs by {diff:.3g} > {ORDER_TOLERANCE} eps x scale {scale:.3g}"
+    return diff
+
+
+def _weights(bundle) -> dict[str, torch.Tensor]:
+    return {i.name: torch.from_numpy(np.asarray(bundle.arrays[i.file])) for i in bundle.manifest.inputs
+            if i.kind in ("parameter", "buffer")}
+
+
+def _routes(path: pathlib.Path, x: np.ndarray) -> dict[str, np.ndarray]:
+    from torch_xla_ext import export
+
+    b = export.load(path)
+    return {
+        "run": export.run(b, x)[0],
+        "strip_tokens": export.run(export.strip_tokens(b), x)[0],
+        "inline_constants": export.run(export.inline_constants(export.strip_tokens(b), weights=True), x)[0],
+        "to_jax": np.asarray(export.to_jax(b).call(x)[0]),
+        "load_jax": np.asarray(export.load_jax(path).call(x)[0]),
+    }
+
+
+def test_the_jax_side_agrees_with_current_torch_on_the_pinned_stacks_bundles():
+    from torch_xla_ext import export
+
+    x = np.load(PREPARED / "x.npy")
+    model = Block().eval()
+    model.load_state_dict(_weights(export.load(PREPARED / "block")))
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    for route, got in _routes(PREPARED / "block", x).items():
+        _assert_same_program(got, want, f"block {route}")
+
+    scaled = export.load(PREPARED / "scaled")
+    assert [i.kind for i in scaled.manifest.inputs].count("collective_token") == 1
+    w = _weights(scaled)
+    with torch.no_grad():  # one replica: the sum is the identity, then the scale
+        want = (torch.nn.functional.linear(torch.from_numpy(x), w["lin.weight"], w["lin.bias"]) * 0.5).numpy()
+    for route, got in _routes(PREPARED / "scaled", x).items():
+        _assert_same_program(got, want, f"scaled {route}")
+    assert "torch_xla" not in sys.modules
