@@ -40,10 +40,12 @@ OWNS_ENV = "TORCH_XLA_EXT_TRACE_OWNS"
 DEBUG_DIR = "xla-debug"
 STARTUP_ERROR = "startup-error-{pid}.txt"
 # The wheel's site-packages hook (python/build_wheel.py writes it): a .pth line that starts with
-# "import" is executed by `site` at start-up.
+# "import" is executed by `site` at start-up. Unset, it imports nothing; set, a package that does
+# not import (a broken install) prints one line and the interpreter starts as without the hook.
 PTH_FILE = "torch_xla_ext_trace.pth"
-PTH_LINE = ("import os; os.environ.get('TORCH_XLA_EXT_TRACE') and "
-            "__import__('torch_xla_ext.trace.startup', fromlist=['autostart']).autostart()\n")
+PTH_LINE = ("import os; os.environ.get('TORCH_XLA_EXT_TRACE') and exec(\"try:\\n __import__('torch_xla_ext.trace.startup', "
+            "fromlist=['autostart']).autostart()\\nexcept Exception as e:\\n import sys; print('torch_xla_ext: the "
+            "script trace did not start:', type(e).__name__, e, file=sys.stderr)\")\n")
 
 _recorder: Any = None
 
