@@ -101,7 +101,9 @@ def test_a_script_that_runs_out_of_memory_at_step_3(tmp_path):
     assert rank["exception"]["type"] == "RuntimeError" and "Out of memory" in rank["exception"]["message"]
     assert rank["exception"]["site"] == runs.site("crash_at.py", "activations[0].item()")
     assert rank["steps"] == 3 and "raised RuntimeError" in rank["stopped"] and "after step 3" in rank["stopped"]
-    # The step that died compiled a new graph first (a bigger batch): recorded, at step 3.
-    assert ours[-1]["step"] == 3
+    # The loop's step 3 compiled a new graph at its loss read (a bigger batch); the read that died
+    # compiled its own graph after step 3's last sync: recorded, in the step that never ended.
+    assert (ours[-3]["step"], ours[-3]["trigger"]["site"]) == (3, runs.site("crash_at.py", "{loss.item():"))
+    assert (ours[-1]["step"], ours[-1]["trigger"]["site"]) == (rank["steps"] + 1, rank["exception"]["site"])
     assert "Traceback" in r.stderr and "Out of memory" in r.stderr  # the script's own stderr
 

@@ -8,8 +8,10 @@ shows one artifact per lazy compile of each rank. Copies of the trace with a ran
 cut short or damaged are rendered again with ``--report``: the missing rank and the damage named."""
 
 import glob
+import html
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -121,15 +123,14 @@ def test_the_html_page_and_the_perfetto_trace(job, tmp_path):
     its hash."""
     from tests.parity import browser
 
-    page = job["dir"] / "report.html"
-    text = page.read_text()
-    assert "default-src 'none'" in text
+    page = pathlib.Path(job.dir) / "report.html"
+    assert "default-src 'none'" in html.unescape(page.read_text())  # nothing loads from anywhere
     dom = browser.render(page.as_uri(), "document.body !== null && document.body.innerText.includes('first differ')",
                          evaluate={"dom": "document.documentElement.outerHTML"}, settle_s=0.5, timeout=120)["dom"]
-    for c in job["report"]["compiles"]:
+    for c in job.report["compiles"]:
         assert c["graph_hash"][:16] in dom
-    assert "first differ at step 3" in dom
-    events = json.load(open(job["dir"] / "trace.perfetto.json"))["traceEvents"]
+    assert f"first differ at step {job.report['divergence']['first_step']}: ranks 1" in dom
+    events = json.load(open(os.path.join(job.dir, "trace.perfetto.json")))["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     assert sorted(names.values()) == ["rank 0", "rank 1"]
     for e in events:
@@ -138,4 +139,4 @@ def test_the_html_page_and_the_perfetto_trace(job, tmp_path):
             assert e["dur"] > 0 and e["ts"] >= 0 and e["name"]
     slices = [e for e in events if e.get("cat") == "compile"]
     assert sorted((names[e["pid"]], e["args"]["graph_hash"]) for e in slices) == \
-        sorted((f"rank {c['rank']}", c["graph_hash"]) for c in job["report"]["compiles"])
+        sorted((f"rank {c['rank']}", c["graph_hash"]) for c in job.report["compiles"])
