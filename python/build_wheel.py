@@ -70,7 +70,8 @@ def _load(files: dict[str, str], module: str):
     """A module of the package from the files Bazel hands over (this runs before any install):
     imported as ``torch_xla_ext.<module>`` from the source tree they lie in, so its own imports
     of the package (``torch_xla_ext.errors``) resolve; nothing of the package is installed."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(files[f"{NAME}/{module}.py"])))
+    rel = f"{NAME}/{module.replace('.', '/')}.py"
+    root = os.path.abspath(files[rel])[:-len(rel)] or os.sep
     sys.path.insert(0, root)
     try:
         return importlib.import_module(f"{NAME}.{module}")
@@ -171,6 +172,9 @@ def main() -> int:
             with open(files[arcname], "rb") as f:
                 add(arcname, f.read(), 0o755 if arcname.endswith(".so") else 0o644)
         add(f"{NAME}/{versions.PINS_FILE}", pins_file.encode())
+        # The script trace's start-up hook: with TORCH_XLA_EXT_TRACE set, every Python process traces itself.
+        startup = _load(files, "trace.startup")
+        add(startup.PTH_FILE, startup.PTH_LINE.encode())
         add(f"{dist_info}/METADATA", metadata(version, requires_dist))
         add(f"{dist_info}/WHEEL", wheel_meta.encode())
         add(f"{dist_info}/entry_points.txt", b"[console_scripts]\ntorch-xla-ext = torch_xla_ext.cli:main\n")

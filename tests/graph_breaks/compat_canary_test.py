@@ -6,7 +6,7 @@ Each is checked against what upstream records itself: Dynamo's counters and ``ex
 structured trace (``oracles.TraceLog``), torch's graph-break registry file, torch_xla's metrics.
 The wrappers are exercised by one compiled run of a function with every kind of split (a print, a
 data-dependent ``if``, a logger call inside an inlined helper, a CPU-fallback op) and a recompile,
-recorded by a listener that keeps every call ``_compat.dynamo`` forwards."""
+recorded by a listener that keeps every call ``_compat.dynamo`` and ``_compat.openxla`` forward."""
 
 import collections
 import json
@@ -25,6 +25,7 @@ from torch._dynamo.utils import counters
 from torch_xla_ext import graph_breaks as gb
 from torch_xla_ext._compat import dynamo as _dynamo
 from torch_xla_ext._compat import metrics as _metrics
+from torch_xla_ext._compat import openxla as _openxla
 
 sys.path.insert(0, os.path.dirname(__file__))
 import oracles  # noqa: E402
@@ -98,7 +99,8 @@ def run():
     rec = Recorder()
     compiled = torch.compile(step, backend="openxla")
     xd, x2 = x.to(DEVICE), torch.randn(6, WIDTH).to(DEVICE)
-    _dynamo.install(rec, rec.run_cached_graph)
+    _dynamo.install(rec)
+    _openxla.install(rec, rec.run_cached_graph)
     try:
         with oracles.TraceLog() as trace, torch.no_grad():
             compiled(xd)
@@ -117,6 +119,7 @@ def run():
             compiled(x2)
             torch_xla.sync()
     finally:
+        _openxla.uninstall()
         _dynamo.uninstall()
     return {"rec": rec, "explain": expected, "trace": compile_trace,
             "graph_break": dict(counters["graph_break"]),
@@ -147,7 +150,7 @@ def test_reset_dynamo_forgets_compiled_frames():
 
 
 def test_replica_is_the_default_devices_ordinal():
-    assert _dynamo.replica() == torch_xla.device().index == 0
+    assert _openxla.replica() == torch_xla.device().index == 0
 
 
 def test_graph_break_registry_gives_the_gb_id_and_its_page():
@@ -198,7 +201,7 @@ def test_split_reason_text_of_a_split_inherited_from_an_inlined_call():
     kwargs = {**kwargs, "labels": args[0]}
     rec = Recorder()
     torch._dynamo.reset()
-    _dynamo.install(rec, rec.run_cached_graph)
+    _dynamo.install(rec)  # Dynamo alone: the eager backend has no bridge
     try:
         torch.compile(model, backend="eager")(*args, **kwargs)
     finally:

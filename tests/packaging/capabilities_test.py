@@ -72,12 +72,14 @@ class _Names(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node):
-        # getattr(mod, "name", ...), setattr(mod, "name", ...), _patch(mod, "name", ...)
-        if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
-            owner = self._dotted(node.args[0]) if isinstance(node.args[0], ast.Attribute) else (
-                self.scopes[-1].get(node.args[0].id) if isinstance(node.args[0], ast.Name) else None)
+        # getattr(mod, "name", ...), setattr(mod, "name", ...), patch(saved, mod, "name", ...)
+        for i in range(min(len(node.args) - 1, 2)):
+            if not (isinstance(node.args[i + 1], ast.Constant) and isinstance(node.args[i + 1].value, str)):
+                continue
+            owner = self._dotted(node.args[i]) if isinstance(node.args[i], ast.Attribute) else (
+                self.scopes[-1].get(node.args[i].id) if isinstance(node.args[i], ast.Name) else None)
             if owner is not None and owner.split(".")[0] in TOPS:
-                self.found.add(f"{owner}.{node.args[1].value}")
+                self.found.add(f"{owner}.{node.args[i + 1].value}")
         self.generic_visit(node)
 
 

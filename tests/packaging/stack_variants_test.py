@@ -102,7 +102,7 @@ def _overlay(tmp: pathlib.Path, *wheels: pathlib.Path) -> pathlib.Path:
     return venv
 
 
-TORCH_XLA_FEATURES = {"export.export", "collectives", "jax_call", "parity", "graph_breaks.openxla", "doctor"}
+TORCH_XLA_FEATURES = {"export.export", "collectives", "jax_call", "parity", "graph_breaks.openxla", "trace.lazy", "doctor"}
 TORCH_FEATURES = TORCH_XLA_FEATURES | {"graph_breaks", "trace"}
 
 

@@ -76,7 +76,7 @@ def test_the_wheel_runs_on_current_torch_without_torch_xla():
     assert json.loads((PREPARED / "pinned.json").read_text())["torch"].startswith("2.9.")
 
 
-XLA_FEATURES = ("parity.xla", "collectives", "jax_call", "export.export", "doctor", "graph_breaks.openxla")
+XLA_FEATURES = ("parity.xla", "collectives", "jax_call", "export.export", "doctor", "graph_breaks.openxla", "trace.lazy")
 
 
 def test_the_gate_refuses_only_what_needs_torch_xla():
@@ -92,6 +92,8 @@ def test_the_gate_refuses_only_what_needs_torch_xla():
     # Dynamo's half of the ledger asks for torch alone: whatever the probes say, not for torch_xla.
     assert _versions.distributions("graph_breaks") == ("torch",)
     assert "torch_xla is not installed" not in (_versions.refusal("graph_breaks") or "")
+    # So does the script trace's (its lazy-tensor half is trace.lazy, refused above).
+    assert _versions.distributions("trace") == ("torch",)
     # parity imports (a saved capture compares on torch alone); its XLA run is refused.
     from torch_xla_ext import parity
 

@@ -89,8 +89,8 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
         "torch_xla.core.xla_builder.call_jax", "torch_xla._XLAC._init_computation_client",
         "torch_xla._XLAC._xla_op_computation_from_module_proto", "torch_xla._XLAC._xla_user_computation",
     )),
-    Group("torch_xla.dynamo_bridge", "torch_xla's openxla Dynamo bridge", ("_compat/dynamo.py",), (
-        "torch._dynamo.backends.torchxla.xla_backend_helper",
+    Group("torch_xla.dynamo_bridge", "torch_xla's openxla Dynamo bridge", ("_compat/openxla.py", "_compat/lazy.py"), (
+        "torch._dynamo.backends.torchxla.xla_backend_helper", "torch._functorch.aot_autograd.get_graph_being_compiled",
         "torch_xla.core.dynamo_bridge.extract_compiled_graph",
         "torch_xla._dynamo.dynamo_bridge.extract_internal",
         "torch_xla._dynamo.dynamo_bridge.UnsupportedNodesCollector.get_unsupported_nodes",
@@ -98,6 +98,13 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
         "torch_xla._XLAC._get_graph_hash", "torch_xla._XLAC._xla_warm_up_cache", "torch_xla._XLAC._run_cached_graph",
         "torch_xla._XLAC._xla_get_device_ordinal", "torch_xla._XLAC._xla_get_default_device",
     )),
+    Group("torch_xla.lazy", "torch_xla's step marker, CompileTime metric, ordinal and pending graph (the script trace)",
+          ("_compat/lazy.py",), (
+              "torch_xla._XLAC._xla_step_marker", "torch_xla._XLAC._xla_metric_data",
+              "torch_xla._XLAC._xla_get_default_device", "torch_xla._XLAC._xla_get_device_ordinal",
+              "torch_xla._XLAC._xla_runtime_is_initialized", "torch_xla.runtime.process_index",
+              "torch_xla._XLAC._set_ir_debug", "torch_xla._XLAC._get_ir_debug", "torch_xla._XLAC._get_stablehlo",
+          )),
     Group("torch_xla.metrics", "torch_xla's counters and metrics", ("_compat/metrics.py",), (
         "torch_xla.debug.metrics.metric_data", "torch_xla.debug.metrics.metric_names",
         "torch_xla._XLAC._xla_counter_names", "torch_xla._XLAC._xla_counter_value",
@@ -118,7 +125,7 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
         "torch._dynamo.symbolic_convert.log_graph_break",
         "torch._dynamo.output_graph.GraphCompileReason", "torch._dynamo.output_graph.OutputGraph.call_user_compiler",
         "torch._dynamo.exc.Unsupported.add_to_stats", "torch._dynamo.exc.TorchDynamoException",
-        "torch._functorch.aot_autograd.get_graph_being_compiled", "torch._guards.CompileContext",
+        "torch._guards.CompileContext",
         "torch._ops.OpOverload", "torch._ops.OpOverloadPacket",
     )),
     Group("torch.trace", "torch's structured trace (TORCH_TRACE, tlparse)", ("_compat/trace_log.py",), (

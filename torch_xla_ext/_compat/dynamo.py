@@ -1,22 +1,18 @@
-"""Dynamo, AOTAutograd's openxla backend and torch_xla's Dynamo bridge: the one place that calls
-their internals or reads their message text. What the events mean (the graph-break ledger's joins,
-its sinks, failure classification) lives in :mod:`torch_xla_ext.graph_breaks`; each entry point
-here has a canary in ``tests/graph_breaks/compat_canary_test.py``.
+"""Dynamo: the one place that calls its internals or reads its message text (torch alone: this
+module imports no torch_xla, so the Dynamo half of graph-break accounting and of the script trace
+runs wherever torch does). AOTAutograd's openxla backend and torch_xla's bridge are
+``_compat/openxla.py``. What the events mean (the graph-break ledger's joins, its sinks, failure
+classification) lives in :mod:`torch_xla_ext.graph_breaks`; each entry point here has a canary in
+``tests/graph_breaks/compat_canary_test.py``.
 
 :func:`install` wraps these entry points and forwards each call, as plain values, to one
 :class:`DynamoListener` (``graph_breaks.watch``); the wrappers call through unchanged:
-  * Dynamo: ``convert_frame._compile`` (a frame compile: compile id, code object, outcome),
-    ``symbolic_convert.log_graph_break`` (the structured break message and its user frame),
-    ``exc.Unsupported.add_to_stats`` (every Unsupported raised; "graph_break" is what
-    ``counters["graph_break"]`` counts), ``GraphCompileReason.__post_init__`` (a split),
-    ``get_and_maybe_log_recompilation_reasons`` (a recompile's first failed guard),
-    ``OutputGraph.call_user_compiler`` (a graph handed to the backend).
-  * AOTAutograd: ``xla_backend_helper`` (each forward/backward/inference graph of the openxla
-    backend, named by ``get_graph_being_compiled()``).
-  * the openxla bridge: ``extract_compiled_graph``, ``UnsupportedNodesCollector`` (fallback
-    nodes; its per-node counter clear and restore), ``extract_internal`` with ``_get_graph_hash``
-    (an XLA partition), ``_xla_warm_up_cache`` (its compile) and ``_run_cached_graph`` (replaced
-    by what the caller makes of the original: a C++ Tap).
+``convert_frame._compile`` (a frame compile: compile id, code object, outcome),
+``symbolic_convert.log_graph_break`` (the structured break message and its user frame),
+``exc.Unsupported.add_to_stats`` (every Unsupported raised; "graph_break" is what
+``counters["graph_break"]`` counts), ``GraphCompileReason.__post_init__`` (a split),
+``get_and_maybe_log_recompilation_reasons`` (a recompile's first failed guard),
+``OutputGraph.call_user_compiler`` (a graph handed to the backend).
 """
 
 from __future__ import annotations
@@ -24,28 +20,22 @@ from __future__ import annotations
 import functools
 import linecache
 import re
-import threading
-import time
 from typing import Any, Callable, Protocol
 
 import torch
-import torch._dynamo.backends.torchxla as _xla_backend
 import torch._dynamo.convert_frame as _convert_frame
 import torch._dynamo.exc as _dynamo_exc
 import torch._dynamo.output_graph as _output_graph
 import torch._dynamo.symbolic_convert as _symbolic_convert
 import torch._guards
-import torch_xla
-import torch_xla._dynamo.dynamo_bridge as _bridge
-import torch_xla.core.dynamo_bridge as _core_bridge
-from torch._functorch.aot_autograd import get_graph_being_compiled
 
 from torch_xla_ext.errors import InternalError
 
 __all__ = [
     "DynamoListener", "EXPECTED_XLA_TENSOR", "LRU_MISS", "aten_op_name", "compile_id_of", "count_ops",
+    "current_compile_id", "patch", "restore",
     "exception_chain", "exception_frames", "frame_layer", "frame_locals_call", "install", "is_dynamo_wrapper",
-    "is_lru_miss", "is_op_dispatch", "message_has", "node_aten_op", "node_source", "parse_graph_break", "replica",
+    "is_lru_miss", "is_op_dispatch", "message_has", "node_aten_op", "node_source", "parse_graph_break",
     "reset_dynamo", "split_kind", "target_name", "uninstall", "user_frame", "xlac_call_at",
 ]
 
@@ -64,12 +54,6 @@ def aten_op_name(target: Any) -> str | None:
 def reset_dynamo() -> None:
     """Fresh Dynamo state: compiled frames, guards and counters forgotten."""
     torch._dynamo.reset()
-
-
-def replica() -> int:
-    """The device ordinal of the calling thread's default XLA device: the replica a thread of
-    torch_xla's thread-per-device execution drives (0 in a one-device process)."""
-    return int(torch_xla._XLAC._xla_get_device_ordinal(torch_xla._XLAC._xla_get_default_device()))
 
 
 def count_ops(gm: Any) -> tuple[int, int]:
@@ -339,41 +323,37 @@ class DynamoListener(Protocol):
     def dynamo_graph_start(self, compile_id: str | None, nodes: int, ops: int, split_key: int | None,
                            split_reason: str | None) -> Any: ...
     def dynamo_graph_end(self, token: Any) -> None: ...
-    def backend_graph(self, compile_id: str | None, model: Any, aot_name: str | None, aot_id: str | None,
-                      kind: str, nodes: int) -> None: ...
-    def bridge_start(self, model: Any, nodes: int) -> Any: ...
-    def bridge_end(self, token: Any, error: BaseException | None) -> None: ...
-    def unsupported_node(self, aten_op: str | None, node: str) -> None: ...
-    def counter_restored(self, counter: str, value: int) -> None: ...
-    def partition(self, nodes: int, graph_hash: str, t0_ns: int, t1_ns: int) -> None: ...
-    def bridge_compile(self, graph_hash: str, t0_ns: int, t1_ns: int) -> None: ...
 
 
 _saved: list[tuple[Any, str, Any]] = []
-_tls = threading.local()
-_AOT_NAME = re.compile(r"__(\d+)_(forward|backward|inference)_\d+$")
 
 
-def _compile_id() -> str | None:
+def current_compile_id() -> str | None:
+    """Dynamo's compile id being compiled on this thread (``"1/0"``), or None."""
     cid = torch._guards.CompileContext.current_compile_id()
     return None if cid is None else str(cid)
 
 
-def _hex(h: Any) -> str:
-    if h is None:
-        return ""
-    return h.hex() if isinstance(h, (bytes, bytearray)) else str(h)
+_compile_id = current_compile_id
 
 
-def _patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+def patch(saved: list[tuple[Any, str, Any]], owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+    """Replaces ``owner.name`` with ``make(original)``, remembering the original in ``saved``."""
     original = getattr(owner, name)
-    _saved.append((owner, name, original))
+    saved.append((owner, name, original))
     setattr(owner, name, make(original))
 
 
-def install(listener: DynamoListener, run_cached_graph: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Wraps the entry points (see the module docstring) to report to ``listener``, and replaces
-    ``_XLAC._run_cached_graph`` with ``run_cached_graph(original)``. :func:`uninstall` undoes it."""
+def restore(saved: list[tuple[Any, str, Any]]) -> None:
+    """Puts back every entry point :func:`patch` replaced, newest first."""
+    while saved:
+        owner, name, original = saved.pop()
+        setattr(owner, name, original)
+
+
+def install(listener: DynamoListener) -> None:
+    """Wraps Dynamo's entry points (see the module docstring) to report to ``listener``;
+    :func:`uninstall` undoes it."""
     if _saved:
         raise InternalError("torch_xla_ext._compat.dynamo.install: already installed")
     L = listener
@@ -448,103 +428,14 @@ def install(listener: DynamoListener, run_cached_graph: Callable[[Callable[..., 
                 L.dynamo_graph_end(token)
         return wrapper
 
-    def backend_helper(original):
-        # openxla = aot_autograd(fw_compiler=openxla_eval_boxed): forward, backward and
-        # inference graphs all end here; AOT's own name for the graph tells which.
-        @functools.wraps(original)
-        def wrapper(model, fake_tensor_inputs, *args, **kwargs):
-            name = str(get_graph_being_compiled() or "")
-            m = _AOT_NAME.search(name)
-            # openxla_eval: Dynamo's graph, no AOTAutograd
-            L.backend_graph(_compile_id(), model, name if m else None, m.group(1) if m else None,
-                            m.group(2) if m else "dynamo", count_ops(model)[0])
-            return original(model, fake_tensor_inputs, *args, **kwargs)
-        return wrapper
-
-    def extract_compiled_graph(original):
-        @functools.wraps(original)
-        def wrapper(xla_model, xla_args):
-            token = L.bridge_start(xla_model, count_ops(xla_model)[0])
-            try:
-                out = original(xla_model, xla_args)
-            except BaseException as e:
-                L.bridge_end(token, e)
-                raise
-            L.bridge_end(token, None)
-            return out
-        return wrapper
-
-    def get_unsupported_nodes(original):
-        @functools.wraps(original)
-        def wrapper(self):
-            nodes = original(self)
-            for node in nodes:
-                op = aten_op_name(node.target) if node.op == "call_function" else None
-                # op None: an input, constant or output holding a non-XLA tensor
-                L.unsupported_node(op, f"{node.op} {node.name}")
-            return nodes
-        return wrapper
-
-    def run_node(original):
-        # The collector clears all counters per node and restores exactly these two afterwards.
-        @functools.wraps(original)
-        def wrapper(self, n):
-            restored = {c: torch_xla._XLAC._xla_counter_value(c) or 0
-                        for c in ("DynamoExtractCompiledGraph", "UncachedCompile")}
-            result = original(self, n)
-            for c, v in restored.items():
-                if v:
-                    L.counter_restored(c, int(v))
-            return result
-        return wrapper
-
-    def extract_internal(original):
-        @functools.wraps(original)
-        def wrapper(xla_model):
-            nodes = count_ops(xla_model)[0]
-            _tls.last_hash = None
-            t0 = time.monotonic_ns()
-            out = original(xla_model)
-            L.partition(nodes, _hex(getattr(_tls, "last_hash", None)), t0, time.monotonic_ns())
-            return out
-        return wrapper
-
-    def get_graph_hash(original):
-        @functools.wraps(original)
-        def wrapper(tensors):
-            h = original(tensors)
-            _tls.last_hash = h
-            return h
-        return wrapper
-
-    def warm_up_cache(original):
-        @functools.wraps(original)
-        def wrapper(*args, **kwargs):
-            t0 = time.monotonic_ns()
-            out = original(*args, **kwargs)
-            L.bridge_compile(_hex(getattr(_tls, "last_hash", None)), t0, time.monotonic_ns())
-            return out
-        return wrapper
-
-    _patch(_convert_frame, "_compile", compile_frame)
-    _patch(_convert_frame, "get_and_maybe_log_recompilation_reasons", recompile_reasons)
-    _patch(_symbolic_convert, "log_graph_break", log_graph_break)
-    _patch(_output_graph.GraphCompileReason, "__post_init__", post_init)
-    _patch(_dynamo_exc.Unsupported, "add_to_stats", unsupported_raised)
-    _patch(_output_graph.OutputGraph, "call_user_compiler", call_user_compiler)
-    _patch(_xla_backend, "xla_backend_helper", backend_helper)
-    # The openxla backend looks the function up on torch_xla.core.dynamo_bridge at call time.
-    _patch(_core_bridge, "extract_compiled_graph", extract_compiled_graph)
-    _patch(_bridge.UnsupportedNodesCollector, "get_unsupported_nodes", get_unsupported_nodes)
-    _patch(_bridge.UnsupportedNodesCollector, "run_node", run_node)
-    _patch(_bridge, "extract_internal", extract_internal)
-    _patch(torch_xla._XLAC, "_get_graph_hash", get_graph_hash)
-    _patch(torch_xla._XLAC, "_xla_warm_up_cache", warm_up_cache)
-    _patch(torch_xla._XLAC, "_run_cached_graph", run_cached_graph)
+    patch(_saved, _convert_frame, "_compile", compile_frame)
+    patch(_saved, _convert_frame, "get_and_maybe_log_recompilation_reasons", recompile_reasons)
+    patch(_saved, _symbolic_convert, "log_graph_break", log_graph_break)
+    patch(_saved, _output_graph.GraphCompileReason, "__post_init__", post_init)
+    patch(_saved, _dynamo_exc.Unsupported, "add_to_stats", unsupported_raised)
+    patch(_saved, _output_graph.OutputGraph, "call_user_compiler", call_user_compiler)
 
 
 def uninstall() -> None:
     """Restores every entry point :func:`install` wrapped."""
-    while _saved:
-        owner, name, original = _saved.pop()
-        setattr(owner, name, original)
+    restore(_saved)

@@ -18,7 +18,7 @@ from torch_xla_ext.errors import TorchXlaExtError
 from torch_xla_ext.version import __version__
 
 # Components with a subcommand, in the order `--help` lists them.
-_COMMANDS = ("numerics", "export", "parity", "graph_breaks", "doctor", "stack")
+_COMMANDS = ("numerics", "export", "parity", "graph_breaks", "trace", "doctor", "stack")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,21 +60,32 @@ std::string Hex(std::string_view bytes) {
 //     hash (first argument, bytes) as hex.
 // The replica of the calling thread (its device ordinal) comes from `replica_fn`, asked once per
 // thread. If the original raises under "execute", `on_error(exception)` may raise a clearer one.
+// A script trace observes every sync through two optional callables, neither of them on the Python
+// stack while the original runs (torch_xla's compile analysis names its cause by the innermost
+// Python frames): `before()` just before the original, and `after(duration_ns, key)` once it
+// returned (key: as above; "" under "execute"), whether or not any ledger is open.
 // The callable placed on torch_xla is a plain CPython object (StandIn) whose tp_call forwards the
 // caller's argument tuple as is: a step pays for the counter reads and one ledger record, not
 // for pybind11's argument handling.
 class Tap {
  public:
   Tap(py::object original, const std::string& mode, py::object replica_fn, py::object counter_value,
-      py::object on_error)
+      py::object on_error, py::object before, py::object after)
       : original_(std::move(original)),
         replica_fn_(std::move(replica_fn)),
         counter_value_(std::move(counter_value)),
         on_error_(std::move(on_error)),
+        before_(std::move(before)),
+        after_(std::move(after)),
         generation_(next_generation_.fetch_add(1, std::memory_order_relaxed) + 1),
         ledgers_(std::make_shared<Ledgers>()) {
     if (!PyCallable_Check(original_.ptr())) {
       txe::python::ThrowIfError(txe::InvalidArgumentError("Tap: original must be callable"));
+    }
+    for (const auto& [name, f] : {std::pair<const char*, const py::object*>{"before", &before_}, {"after", &after_}}) {
+      if (!f->is_none() && !PyCallable_Check(f->ptr())) {
+        txe::python::ThrowIfError(txe::InvalidArgumentError(std::string("Tap: ") + name + " must be callable or None"));
+      }
     }
     if (mode == "sync") {
       sync_ = true;
@@ -93,6 +104,11 @@ class Tap {
   PyObject* Call(PyObject* args, PyObject* kwargs) {
     int64_t before = 0;
     if (sync_ && !Lookups(&before)) return nullptr;
+    if (!before_.is_none()) {
+      PyObject* r = PyObject_CallNoArgs(before_.ptr());
+      if (r == nullptr) return nullptr;
+      Py_DECREF(r);
+    }
     const int64_t t0 = SteadyNowNs();
     PyObject* out = PyObject_Call(original_.ptr(), args, kwargs);
     if (out == nullptr) {
@@ -101,7 +117,8 @@ class Tap {
     }
     const int64_t ns = SteadyNowNs() - t0;
     std::shared_ptr<const Ledgers> ledgers = ledgers_;  // a region may close while the original ran
-    if (ledgers->ledgers.empty()) return out;
+    if (ledgers->ledgers.empty() && after_.is_none()) return out;
+    if (ledgers->ledgers.empty()) return After(out, ns, before);
     int replica = gb::kNoReplica;
     if (!Replica(&replica)) {
       Py_DECREF(out);
@@ -129,7 +146,7 @@ class Tap {
       ledger->RecordInterned(kind, stage, ledger->Intern(key), gb::kEmptyStringId, gb::kEmptyStringId, 0, ns, 1,
                              replica);
     }
-    return out;
+    return after_.is_none() ? out : After(out, ns, before, &key);
   }
 
   // The ledgers to record into (Ledger objects); an empty list stops recording.
@@ -147,7 +164,9 @@ class Tap {
   // The garbage collector's view of the Python objects the Tap holds: a cycle through the
   // original, the callbacks or a recorded-into ledger's owner is collected.
   int Traverse(visitproc visit, void* arg) const {
-    for (const py::object* o : {&original_, &replica_fn_, &counter_value_, &on_error_}) Py_VISIT(o->ptr());
+    for (const py::object* o : {&original_, &replica_fn_, &counter_value_, &on_error_, &before_, &after_}) {
+      Py_VISIT(o->ptr());
+    }
     if (ledgers_ != nullptr) {
       for (const py::object& o : ledgers_->owners) Py_VISIT(o.ptr());
     }
@@ -160,6 +179,8 @@ class Tap {
     replica_fn_ = py::none();
     counter_value_ = py::none();
     on_error_ = py::none();
+    before_ = py::none();
+    after_ = py::none();
     ledgers_ = std::make_shared<Ledgers>();
   }
 
@@ -168,6 +189,35 @@ class Tap {
     std::vector<py::object> owners;  // keep the Python objects alive while recorded into
     std::vector<gb::Ledger*> ledgers;
   };
+
+  // Calls after(duration_ns, key) with the original's result `out` held; returns `out`, or nullptr
+  // (out released) when after raised. `key` is computed here when no ledger needed it.
+  PyObject* After(PyObject* out, int64_t ns, int64_t before, const std::string* key = nullptr) {
+    std::string k;
+    if (key != nullptr) {
+      k = *key;
+    } else if (sync_) {
+      int64_t after = 0;
+      if (!Lookups(&after)) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      k = std::to_string(after - before);
+    }
+    PyObject* ns_obj = PyLong_FromLongLong(ns);
+    PyObject* key_obj = PyUnicode_FromStringAndSize(k.data(), static_cast<Py_ssize_t>(k.size()));
+    PyObject* r = (ns_obj != nullptr && key_obj != nullptr)
+                      ? PyObject_CallFunctionObjArgs(after_.ptr(), ns_obj, key_obj, nullptr)
+                      : nullptr;
+    Py_XDECREF(ns_obj);
+    Py_XDECREF(key_obj);
+    if (r == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(r);
+    return out;
+  }
 
   bool Counter(PyObject* name, int64_t* value) const {
     PyObject* v = PyObject_CallOneArg(counter_value_.ptr(), name);
@@ -235,6 +285,8 @@ class Tap {
   py::object replica_fn_;
   py::object counter_value_;
   py::object on_error_;
+  py::object before_;
+  py::object after_;
   py::str uncached_, cached_;
   bool sync_ = false;
   const uint64_t generation_;
@@ -420,9 +472,10 @@ TXE_PYBIND_SUBMODULE(graph_breaks, m) {
                                            return 0;
                                          };
                                        }))
-      .def(py::init<py::object, const std::string&, py::object, py::object, py::object>(), py::arg("original"),
-           py::arg("mode"), py::arg("replica_fn") = py::none(), py::arg("counter_value") = py::none(),
-           py::arg("on_error") = py::none())
+      .def(py::init<py::object, const std::string&, py::object, py::object, py::object, py::object, py::object>(),
+           py::arg("original"), py::arg("mode"), py::arg("replica_fn") = py::none(),
+           py::arg("counter_value") = py::none(), py::arg("on_error") = py::none(), py::arg("before") = py::none(),
+           py::arg("after") = py::none())
       .def("stand_in", [](py::object self) { return MakeStandIn(self); },
            "The callable to put in place of the original: calls it and records into the ledgers.")
       .def("set_ledgers", &Tap::SetLedgers, py::arg("ledgers"))

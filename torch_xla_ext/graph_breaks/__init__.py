@@ -40,8 +40,8 @@ appear under ``native_hooks``.
 from torch_xla_ext import _versions
 
 _versions.require("graph_breaks")  # before anything here imports torch
-# The modules below import torch_xla's bridge and metrics when the package loads.
-_versions.require("graph_breaks.openxla")
+# torch_xla's bridge and metrics ("graph_breaks.openxla") are checked where watch.py installs the
+# bridge, once torch_xla is imported: Dynamo's half runs in a process without torch_xla.
 
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.graph_breaks.compare import Comparison, ModeResult, compare

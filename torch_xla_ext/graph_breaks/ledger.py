@@ -162,8 +162,8 @@ class GraphBreakLedger:
                         ended_by: dict[str, Any] | None) -> None:
         self._ledger.record(K.fx_graph, S.dynamo, key=compile_id)
         end = None
-        if ended_by is not None:
-            end = ended_by["gb_type"]
+        if ended_by is not None:  # Dynamo split here (GraphCompileReason.graph_break), whatever its text
+            end = ended_by["gb_type"] or "(a break Dynamo gave no reason text)"
             if ended_by.get("file"):
                 end += f" at {ended_by['file']}:{ended_by['line']}"
         self._graphs[graph] = {"graph": graph, "compile_id": compile_id, "nodes": nodes, "ops": ops,
@@ -213,7 +213,7 @@ class GraphBreakLedger:
     def __enter__(self) -> "GraphBreakLedger":
         if self._open or self._final is not None:
             raise GraphBreakError("a GraphBreakLedger accounts one region; call account() again for another")
-        from torch_xla_ext._compat import dynamo as _dynamo
+        from torch_xla_ext._compat import lazy as _lazy
         from torch_xla_ext._compat import metrics as _metrics
         from torch_xla_ext.graph_breaks.watch import BridgeWatch, SyncWatch
 
@@ -231,7 +231,7 @@ class GraphBreakLedger:
                 trace_log.name_file_by_rank(self._rank["rank"])  # for tlparse --all-ranks-html
         self._native_start = _core.global_ledger().totals()
         self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
-        self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _dynamo.replica)]
+        self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _lazy.replica)]
         for w in self._watches:
             w.__enter__()
         _core.set_hooks_enabled(True)

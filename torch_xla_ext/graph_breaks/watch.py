@@ -27,17 +27,18 @@ from __future__ import annotations
 
 import collections
 import itertools
+import sys
 import threading
 import time
 import weakref
 from typing import Any, Callable, Protocol
 
+from torch_xla_ext import _versions
 from torch_xla_ext._compat import dynamo as _dynamo
-from torch_xla_ext._compat import metrics as _metrics
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.errors import InternalError
 
-__all__ = ["BridgeSink", "BridgeWatch", "SyncWatch", "TorchXlaBridgeBug"]
+__all__ = ["BridgeSink", "BridgeWatch", "SyncWatch", "TorchXlaBridgeBug", "attach_bridge"]
 
 
 class TorchXlaBridgeBug(InternalError):
@@ -112,8 +113,9 @@ def _current_bridge() -> int | None:
 
 
 class _Join:
-    """The :class:`~torch_xla_ext._compat.dynamo.DynamoListener`: per-thread join state, and
-    sink events out."""
+    """The :class:`~torch_xla_ext._compat.dynamo.DynamoListener` and
+    :class:`~torch_xla_ext._compat.openxla.BridgeListener`: per-thread join state, and sink events
+    out."""
 
     def frame_start(self, cid: str, code: Any) -> None:
         _tls.pending_break = None
@@ -250,6 +252,9 @@ class _Join:
         _each("on_bridge_compile", graph_hash, t0_ns, t1_ns)
 
 
+_JOIN = _Join()
+
+
 def _explain_bridge_error(exc: BaseException) -> None:
     """Raises TorchXlaBridgeBug for torch_xla 2.9's never-compiled cached graph; returns for
     anything else (the Tap then re-raises the original)."""
@@ -265,9 +270,41 @@ def _explain_bridge_error(exc: BaseException) -> None:
 
 
 def _execute_stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
+    from torch_xla_ext._compat import lazy as _lazy
+
     global _execute_tap
-    _execute_tap = _core.Tap(original, "execute", replica_fn=_dynamo.replica, on_error=_explain_bridge_error)
+    _execute_tap = _core.Tap(original, "execute", replica_fn=_lazy.replica, on_error=_explain_bridge_error)
     return _execute_tap.stand_in()
+
+
+_bridge_installed = False
+
+
+def _torch_xla_loaded() -> bool:
+    """torch_xla finished importing in this process: the openxla bridge is there to watch (a
+    torch-only process watches Dynamo alone)."""
+    m = sys.modules.get("torch_xla")
+    return m is not None and not getattr(getattr(m, "__spec__", None), "_initializing", False)
+
+
+def _install_bridge_if_ready(loaded: bool = False) -> None:
+    global _bridge_installed
+    if _bridge_installed or not _sinks or not (loaded or _torch_xla_loaded()):
+        return
+    _versions.require("graph_breaks.openxla")
+    from torch_xla_ext._compat import openxla as _openxla
+
+    _openxla.install(_JOIN, _execute_stand_in)
+    _bridge_installed = True
+
+
+def attach_bridge(loaded: bool = False) -> None:
+    """Watches the openxla bridge too, now that torch_xla is imported (for watches opened while
+    only Dynamo was: a script trace starts watching when Dynamo loads, inside torch_xla's import).
+    ``loaded``: torch_xla's module has run to its end (an import hook's caller knows; Python still
+    marks the module as initializing until the import returns)."""
+    with _lock:
+        _install_bridge_if_ready(loaded)
 
 
 def _set_tap_ledgers() -> None:
@@ -286,19 +323,23 @@ class BridgeWatch:
         global _sinks
         with _lock:
             if not _sinks:
-                _dynamo.install(_Join(), _execute_stand_in)
+                _dynamo.install(_JOIN)
             _sinks = [*_sinks, self._sink]
+            _install_bridge_if_ready()
             _set_tap_ledgers()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        global _sinks, _execute_tap
+        global _sinks, _execute_tap, _bridge_installed
         with _lock:
             rest = list(_sinks)
             rest.remove(self._sink)
             _sinks = rest
             _set_tap_ledgers()
             if not _sinks:
+                if _bridge_installed:
+                    sys.modules["torch_xla_ext._compat.openxla"].uninstall()
+                    _bridge_installed = False
                 _dynamo.uninstall()
                 _execute_tap = None
                 _aot_owner.clear()
@@ -324,6 +365,8 @@ class SyncWatch:
     def __enter__(self) -> "SyncWatch":
         global _sync_ledgers, _sync_tap
 
+        from torch_xla_ext._compat import metrics as _metrics
+
         def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
             global _sync_tap
             _sync_tap = _core.Tap(original, "sync", replica_fn=self._replica_fn,
@@ -345,5 +388,7 @@ class SyncWatch:
             _sync_ledgers = rest
             _sync_tap.set_ledgers(_sync_ledgers)
             if not _sync_ledgers:
+                from torch_xla_ext._compat import metrics as _metrics
+
                 _metrics.restore_step_marker()
                 _sync_tap = None

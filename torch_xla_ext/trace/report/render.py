@@ -1,0 +1,219 @@
+"""The report in words: the stderr summary (at most 20 lines) and ``report.md``; :func:`change_text`
+is the one wording of a change, which the HTML page uses too.
+
+Example:
+    >>> change_text({"what": "input", "index": 0, "old": [4, 16], "new": [4, 24], "names": ["ids"],
+    ...              "role": "user_input"})
+    'input 0 (user_input ids): [4, 16] -> [4, 24]'
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["MAX_SUMMARY_LINES", "change_text", "summary_lines", "to_markdown"]
+
+MAX_SUMMARY_LINES = 20
+
+
+def _short(path: str) -> str:
+    """A site without its directory, for the summary."""
+    if not path:
+        return "(unknown site)"
+    file, _, line = path.rpartition(":")
+    return f"{os.path.basename(file)}:{line}" if file else path
+
+
+def _lib(site: str) -> str:
+    """A site in an installed package as ``package/module.py:line``."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in site:
+            return site.split(marker, 1)[1]
+    return site
+
+
+def change_text(c: dict[str, Any]) -> str:
+    what = c.get("what", "")
+    if what == "input":
+        who = f" ({c['role']} {', '.join(c['names'][:3])})" if c.get("names") else ""
+        dt = f" {c['old_dtype']} -> {c['new_dtype']}" if c.get("old_dtype") else ""
+        return f"input {c.get('index')}{who}: {c.get('old')} -> {c.get('new')}{dt}"
+    if what == "inputs":
+        added = ", ".join(f"{a['count']}x{a['shape']} {a['dtype']}" for a in c.get("added", [])[:3])
+        who = f" ({c['role']}: {', '.join(c['names'][:2])}, ...)" if c.get("names") else ""
+        return f"inputs {c.get('old')} -> {c.get('new')}" + (f", new: {added}" if added else "") + who
+    if what == "constant":
+        return f"constant of {c.get('op')} at {_lib(c.get('site', ''))}: {c.get('old')} -> {c.get('new')}"
+    if what == "op":
+        if c.get("same_op_other_type"):
+            text = f"first op on other shapes #{c.get('index')}: {c.get('old')} -> {c.get('new').split(' -> ')[-1]}"
+        else:
+            text = f"first differing op #{c.get('index')}: {c.get('old')} -> {c.get('new')}"
+        if c.get("new_site"):
+            text += f" at {_lib(c['new_site'])}"
+        w = c.get("first_with_source")
+        if w:
+            text += f" (first with a source line: {w['op']} at {_lib(w['site'])})"
+        return text
+    if what == "outputs":
+        return f"outputs {c.get('old')} -> {c.get('new')}"
+    if what in ("tensor_shape", "tensor_dtype"):
+        return f"{c.get('role')} {c.get('name')}: {c.get('old')} -> {c.get('new')}"
+    if what in ("tensor_appeared", "tensor_gone"):
+        verb = "appeared" if what == "tensor_appeared" else "gone"
+        return f"{c.get('count')} {c.get('role')} tensors {verb} ({', '.join(c.get('names', [])[:2])}, ...)"
+    if what == "tensor_more":
+        return f"and {c.get('count')} more tensors changed"
+    if what == "guard":
+        return f"Dynamo recompile {c.get('compile_id')}: guard failed: {str(c.get('reason', '')).splitlines()[0][:160]}"
+    if what == "not_captured":
+        return c.get("detail", "not captured")
+    if what == "graph_hash":
+        return f"graph {str(c.get('old'))[:12]} -> {str(c.get('new'))[:12]} at {_short(c.get('site', ''))} (inputs {c.get('inputs')})"
+    return c.get("detail") or what
+
+
+def _trigger(c: dict[str, Any]) -> str:
+    t = c["trigger"]
+    kind = t.get("kind", "")
+    if kind == "host_read" and t.get("op"):
+        kind = f"host read .{t['op']}()" if t["op"] in ("item", "tolist", "cpu", "numpy") else f"host read ({t['op']})"
+    return f"{kind} at {_short(t.get('site', ''))}"
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """At most :data:`MAX_SUMMARY_LINES` lines: per rank how it ended and its compiles, the sites
+    that compile most (and why, with advice), divergence."""
+    lines: list[str] = []
+    ranks = report["ranks"]
+    total = len(report["compiles"])
+    lines.append(f"torch-xla-ext trace: {len(ranks)} process{'es' if len(ranks) != 1 else ''}, {total} XLA compile"
+                 f"{'s' if total != 1 else ''} (torch_xla's CompileTime: "
+                 + ", ".join(str(r["torch_xla_compile_count"]) if r["torch_xla_compile_count"] is not None else "?"
+                             for r in ranks[:8]) + ")")
+    for r in ranks[:4]:
+        lines.append(f"  {r['label']}: {r['steps']} steps, {r['compiles']} compiles ({r['compile_ms'] / 1e3:.1f} s); "
+                     f"{r['stopped']}" + (f"; {r['steady']}" if r["steady"] else ""))
+    if len(ranks) > 4:
+        lines.append(f"  ... {len(ranks) - 4} more processes in report.md")
+    recompiles = [c for c in report["compiles"] if c.get("previous_step") is not None or c["changed"]]
+    for s in [s for s in report["sites"] if s["compiles"] > 1][:3]:
+        flag = " EVERY STEP" if s["every_step"] else ""
+        lines.append(f"  {s['compiles']} compiles at {_short(s['site'])} ({s['kind']}{', ' + s['op'] if s['op'] else ''})"
+                     f"{flag}")
+        last = next((c for c in reversed(recompiles) if c["trigger"]["site"] == s["site"] and c["rank"] == s["rank"]),
+                    None)
+        if last is not None:
+            what = "; ".join(change_text(c) for c in last["changed"][:2])
+            if what:
+                lines.append(f"    step {last['step']}: {what}"[:240])
+            if last["advice"]:
+                lines.append(f"    -> {last['advice']}"[:240])
+    host = [s for s in report["sync_points"] if s["kind"] == "host_read"]
+    if host:
+        h = host[0]
+        lines.append(f"  host reads run graphs at {_short(h['site'])} ({h['executions']} executions in {h['steps']} steps)")
+    d = report["divergence"]
+    if d["first_step"] is not None:
+        lines.append(f"  ranks diverge at step {d['first_step']}: ranks {', '.join(map(str, d['ranks_that_differ']))} "
+                     "run other graphs")
+        for row in d["details"][:1]:
+            for c in row["differences"][:2]:
+                lines.append(f"    rank {row['rank']}: {change_text(c)}"[:240])
+    if d["missing_ranks"]:
+        lines.append(f"  missing ranks: {', '.join(map(str, d['missing_ranks']))}")
+    for e in d["stopped_early"][:2]:
+        lines.append(f"  rank {e['rank']} stopped early, at step {e['last_step']}")
+    lines.append(f"  report: {os.path.join(report['directory'] or '.', 'report.md')} (and .json, .html, "
+                 "trace.perfetto.json)")
+    if len(lines) > MAX_SUMMARY_LINES:
+        lines = lines[:MAX_SUMMARY_LINES - 1] + [lines[-1]]
+    return lines
+
+
+def _cell(v: Any) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in rows]
+    return out + [""]
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    cmd = " ".join(report.get("command") or [])
+    md = [f"# torch_xla trace{': `' + cmd + '`' if cmd else ''}", ""]
+    md += ["```text", *report["summary"], "```", ""]
+    md += ["## Processes", ""]
+    md += _table(["process", "file", "steps", "compiles", "compile s", "torch_xla CompileTime", "how it ended", "steady state"],
+                 [[r["label"], r["file"], r["steps"], r["compiles"], f"{r['compile_ms'] / 1e3:.2f}",
+                   r["torch_xla_compile_count"] if r["torch_xla_compile_count"] is not None else "(no end record)",
+                   r["stopped"], r["steady"]] for r in report["ranks"]])
+    for r in report["ranks"]:
+        for n in r["notes"] + r["problems"]:
+            md.append(f"- {r['label']}: {n}")
+        if r["compile_analysis"] and r["compile_analysis"] != "file":
+            md.append(f"- {r['label']}: torch_xla's compile analysis {r['compile_analysis']}")
+    md += ["", "## Compiles", "",
+           "One row per XLA compile (lazy and Dynamo-driven). *What changed* compares the graph with the nearest "
+           "earlier graph compiled at the same site.", ""]
+    md += _table(["rank", "step", "graph hash", "trigger", "ms", "inputs", "what changed", "advice"],
+                 [[c["rank"], c["step"], c["graph_hash"][:16] or "?", _trigger(c) + (f" [{c['compile_id']}]" if c["compile_id"] else ""),
+                   c["ms"] if c["ms"] is not None else "", c["inputs"] if c["inputs"] is not None else "",
+                   "; ".join(change_text(x) for x in c["changed"]) or ("first at this site" if c["previous_step"] is None else ""),
+                   c["advice"]] for c in report["compiles"]])
+    md += ["## Sites that compile", ""]
+    md += _table(["rank", "site", "trigger", "code", "compiles", "graphs", "steps run", "steps", "flag"],
+                 [[s["rank"], s["site"], s["kind"] + (f" ({s['op']})" if s["op"] else ""), f"`{s['code']}`" if s["code"] else "",
+                   s["compiles"], s["graphs"], s["steps_run"], f"{s['first_step']}-{s['last_step']}",
+                   "compiles every step" if s["every_step"] else ""] for s in report["sites"]])
+    md += ["## Where it syncs", "", "Step markers and host reads that made torch_xla run graphs "
+           "(from torch_xla's execution analysis).", ""]
+    md += _table(["rank", "kind", "site", "code", "executions", "in steps", "step markers"],
+                 [[s["rank"], s["kind"] + (f" ({s['op']})" if s["op"] else ""), s["site"], f"`{s['code']}`" if s["code"] else "",
+                   s["executions"], s["steps"], s["markers"]] for s in report["sync_points"]])
+    for dyn in report["dynamo"]:
+        md += [f"## Dynamo (rank {dyn['rank']})", ""]
+        rows = []
+        for f in report["dynamo_figures"]:
+            v = dyn["figures"].get(f["key"])
+            rows.append([f["label"], v if not isinstance(v, dict) else ", ".join(f"{k}: {n}" for k, n in v.items()) or 0,
+                         f["oracle"]])
+        md += _table(["figure", "value", "equals"], rows)
+        md += _table(["compile id", "function", "frame", "ms", "recompile: failed guard", "breaks", "graphs (nodes, ended by)", "XLA graphs"],
+                     [[c["compile_id"], c["name"], c["frame"], c["ms"] if c["ms"] is not None else "",
+                       (c["recompile_reason"] or "").splitlines()[0][:120] if c["recompile_reason"] else "",
+                       "; ".join(f"{b['gb_type']} ({b.get('gb_id') or '-'}) at {b['frame']}" for b in c["breaks"]),
+                       "; ".join(f"{g['nodes']}" + (f", {g['ended_by']}" if g["ended_by"] else "") for g in c["graphs"]),
+                       "; ".join(f"{len(b.get('partitions') or [])} partitions" + (f", fallback {b['fallback_nodes']}" if b.get("fallback_nodes") else "")
+                                 for b in c["bridges"])]
+                      for c in dyn["compile_ids"]])
+        if dyn["breaks"]:
+            md += ["Graph breaks:", ""]
+            md += _table(["break", "GB id", "frame", "logged", "counted", "hint"],
+                         [[b["gb_type"], b["gb_id"] or "", b["frame"], b["logged"], b["counted"],
+                           (b["hints"] or [""])[0][:160]] for b in dyn["breaks"]])
+    d = report["divergence"]
+    md += ["## Ranks", ""]
+    if d["first_step"] is not None:
+        ref = d["details"][0]["reference_rank"] if d["details"] else "?"
+        md.append(f"The ranks' graphs first differ at **step {d['first_step']}**: ranks "
+                  f"{', '.join(map(str, d['ranks_that_differ']))} (compared with rank {ref}"
+                  + ("; no group of ranks is larger, so either side may be the odd one" if d.get("no_majority") else "")
+                  + ").")
+        md.append("")
+        for row in d["details"]:
+            for c in row["differences"]:
+                md.append(f"- rank {row['rank']}: {change_text(c)}")
+        md.append("")
+    elif len(d["ranks"]) > 1:
+        md += ["Every rank compiled and ran the same graphs at every step they all reached.", ""]
+    if d["missing_ranks"]:
+        md += [f"Missing ranks (world size {d['world_size']}): {', '.join(map(str, d['missing_ranks']))}", ""]
+    for e in d["stopped_early"]:
+        md.append(f"- rank {e['rank']} stopped early: last step {e['last_step']}, "
+                  f"{'ended' if e['ended'] else 'no end record'}")
+    md += ["", "Figures and the upstream record each equals: " + "; ".join(f"{k}: {v}" for k, v in report["oracles"].items()), ""]
+    return "\n".join(md)
