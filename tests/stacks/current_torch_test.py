@@ -226,3 +226,44 @@ def test_the_jax_side_agrees_with_current_torch_on_the_pinned_stacks_bundles():
     for route, got in _routes(PREPARED / "scaled", x).items():
         _assert_same_program(got, want, f"scaled {route}")
     assert "torch_xla" not in sys.modules
+
+
+# ---- graph_breaks' Dynamo half on current torch, backend="inductor" ---------------------------
+
+
+def _two_breaks(x):
+    y = torch.sin(x) + 1
+    print("a graph break")  # Dynamo cannot trace print: one break
+    if y.sum() > 0:  # data-dependent control flow: another
+        y = y * 2
+    return torch.cos(y)
+
+
+def test_graph_breaks_accounts_a_current_torch_backend_without_torch_xla():
+    """account() over torch.compile(backend="inductor") (a stand-in for "tpu"/"neuron"): the
+    graphs, the breaks with their GB ids and frames, and each recompile with the guard that failed,
+    against Dynamo's own counters and explain(); torch_xla is never needed."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from torch_xla_ext import graph_breaks as gb
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(_two_breaks)(torch.randn(8))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(_two_breaks, backend="inductor")
+    with gb.account() as ledger:
+        compiled(torch.randn(8))
+        first = counters["stats"]["unique_graphs"]
+        compiled(torch.randn(8, 3))  # another rank: every frame's guard fails once
+    report = ledger.report()
+    assert importlib.util.find_spec("torch_xla") is None and "torch_xla" not in sys.modules
+    assert report.fx_graphs == counters["stats"]["unique_graphs"] == 2 * explained.graph_count
+    assert report.graphs_ended_by_break == 2 * len(explained.break_reasons)
+    assert {b["gb_id"] for b in report.fx_breaks} == {"GB0059", "GB0170"}  # print; data-dependent branch
+    assert all(b["frame"] and "current_torch_test.py" in b["frame"] for b in report.fx_breaks), report.fx_breaks
+    # One recompile per frame compiled again (the function and its two resume functions).
+    assert report.recompiles == counters["stats"]["unique_graphs"] - first == explained.graph_count
+    assert all("rank mismatch" in r["reason"] for r in report.recompile_reasons), report.recompile_reasons
+    assert report.xla_partitions == report.compiles == 0  # nothing of torch_xla's ran

@@ -8,7 +8,8 @@ classification) lives in :mod:`torch_xla_ext.graph_breaks`; each entry point her
 :func:`install` wraps these entry points and forwards each call, as plain values, to one
 :class:`DynamoListener` (``graph_breaks.watch``); the wrappers call through unchanged:
 ``convert_frame._compile`` (a frame compile: compile id, code object, outcome),
-``symbolic_convert.log_graph_break`` (the structured break message and its user frame),
+``symbolic_convert.log_graph_break`` (the structured break message and its user frame; a method
+of ``InstructionTranslatorBase`` from torch 2.11),
 ``exc.Unsupported.add_to_stats`` (every Unsupported raised; "graph_break" is what
 ``counters["graph_break"]`` counts), ``GraphCompileReason.__post_init__`` (a split),
 ``get_and_maybe_log_recompilation_reasons`` (a recompile's first failed guard),
@@ -18,6 +19,7 @@ classification) lives in :mod:`torch_xla_ext.graph_breaks`; each entry point her
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import re
 from typing import Any, Callable, Protocol
@@ -351,6 +353,18 @@ def restore(saved: list[tuple[Any, str, Any]]) -> None:
         setattr(owner, name, original)
 
 
+def _translator_frame(translator: Any) -> Any:
+    """A traceback.FrameSummary of where a Dynamo instruction translator stands (its code object
+    and current line), or None."""
+    import traceback
+
+    code = getattr(translator, "f_code", None)
+    if code is None:
+        return None
+    return traceback.FrameSummary(code.co_filename, getattr(translator, "lineno", None) or code.co_firstlineno,
+                                  code.co_name)
+
+
 def install(listener: DynamoListener) -> None:
     """Wraps Dynamo's entry points (see the module docstring) to report to ``listener``;
     :func:`uninstall` undoes it."""
@@ -383,6 +397,20 @@ def install(listener: DynamoListener) -> None:
             return original(code_options, reason, *args, **kwargs)
         return wrapper
 
+    def log_graph_break_method(original):
+        # torch >= 2.11: InstructionTranslatorBase.log_graph_break(self, code_options, reason, exc),
+        # which returns at once for an exception already logged; the user frame is the
+        # exception's real_stack, else the translator's own position.
+        @functools.wraps(original)
+        def wrapper(self, code_options, reason="", exc=None, *args, **kwargs):
+            exc = kwargs.get("exc", exc)
+            if not getattr(exc, "logged", False):
+                stack = getattr(exc, "real_stack", None)
+                frame = stack[-1] if stack else _translator_frame(self)
+                L.break_logged(_compile_id(), str(reason), frame)
+            return original(self, code_options, reason, exc, *args, **kwargs)
+        return wrapper
+
     def unsupported_raised(original):
         # Every Unsupported counts itself as "unimplemented" when raised (many are caught inside
         # Dynamo); "graph_break" is what counters["graph_break"] counts.
@@ -404,11 +432,16 @@ def install(listener: DynamoListener) -> None:
         return wrapper
 
     def recompile_reasons(original):
+        # (cache_entry, frame, skip_logging=False) to torch 2.10; torch 2.11 put the backend
+        # before skip_logging: the arguments are read by name.
+        signature = inspect.signature(original)
+
         @functools.wraps(original)
-        def wrapper(cache_entry, frame, *args, **kwargs):
-            reasons = original(cache_entry, frame, *args, **kwargs)
-            if not kwargs.get("skip_logging", False) and not (args and args[0]):
-                code = frame.f_code
+        def wrapper(*args, **kwargs):
+            reasons = original(*args, **kwargs)
+            named = signature.bind(*args, **kwargs).arguments
+            if not named.get("skip_logging", False):
+                code = named["frame"].f_code
                 reason = reasons[0] if reasons else "unable to find recompilation reasons"
                 L.recompile(_compile_id(), str(reason).strip(), code.co_filename, int(code.co_firstlineno))
             return reasons
@@ -430,7 +463,10 @@ def install(listener: DynamoListener) -> None:
 
     patch(_saved, _convert_frame, "_compile", compile_frame)
     patch(_saved, _convert_frame, "get_and_maybe_log_recompilation_reasons", recompile_reasons)
-    patch(_saved, _symbolic_convert, "log_graph_break", log_graph_break)
+    if hasattr(_symbolic_convert, "log_graph_break"):  # torch <= 2.10: a module function
+        patch(_saved, _symbolic_convert, "log_graph_break", log_graph_break)
+    else:  # torch >= 2.11 moved it (capabilities.MOVED)
+        patch(_saved, _symbolic_convert.InstructionTranslatorBase, "log_graph_break", log_graph_break_method)
     patch(_saved, _output_graph.GraphCompileReason, "__post_init__", post_init)
     patch(_saved, _dynamo_exc.Unsupported, "add_to_stats", unsupported_raised)
     patch(_saved, _output_graph.OutputGraph, "call_user_compiler", call_user_compiler)

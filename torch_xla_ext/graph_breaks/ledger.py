@@ -24,6 +24,7 @@ import socket
 import time
 from typing import Any
 
+from torch_xla_ext import _versions
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 
@@ -33,6 +34,26 @@ __all__ = ["GraphBreakLedger", "account", "native_ledger", "rank_identity"]
 _HOST_READ_COUNTERS = ("aten::_local_scalar_dense", "xla::_to_cpu")
 _TIME_METRICS = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime")
 K, S = _core.Kind, _core.Stage
+
+
+class _NoXlaWindow:
+    """torch_xla's counter window where torch_xla is not installed: every counter and metric is
+    zero (nothing of torch_xla's ran)."""
+
+    class _Zero:
+        count = 0
+        total = 0.0
+
+    counters: dict[str, int] = {}
+
+    def metric(self, name: str) -> Any:
+        return self._Zero
+
+    def delta(self) -> "_NoXlaWindow":
+        return self
+
+    def compensate(self, counter: str, restored: int) -> None:
+        pass
 # Regions open in this process: only the outermost writes tlparse artifacts (a nested region's
 # compile ids are the outer one's too).
 _open_regions = [0]
@@ -40,7 +61,8 @@ _open_regions = [0]
 
 def rank_identity() -> dict[str, Any]:
     """Which process of a job this is: torch.distributed's rank if it is initialized, else the
-    RANK / LOCAL_RANK / WORLD_SIZE a launcher (torchrun) set, else torch_xla's process index."""
+    RANK / LOCAL_RANK / WORLD_SIZE a launcher (torchrun) set, else torch_xla's process index
+    (without torch_xla: rank 0 of 1)."""
     ident: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
     import torch.distributed as dist
 
@@ -48,11 +70,13 @@ def rank_identity() -> dict[str, Any]:
         ident.update(rank=dist.get_rank(), world_size=dist.get_world_size(), source="torch.distributed")
     elif "RANK" in os.environ:
         ident.update(rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"), source="RANK")
-    else:
+    elif _versions.available("graph_breaks.openxla"):
         import torch_xla.runtime as xr
 
         ident.update(rank=int(xr.process_index()), world_size=int(xr.process_count()),
                      source="torch_xla.runtime.process_index()")
+    else:  # torch alone, no launcher: the one process of its job
+        ident.update(rank=0, world_size=1, source="single process")
     if "LOCAL_RANK" in os.environ:
         ident["local_rank"] = _env_int("LOCAL_RANK")
     return ident
@@ -213,12 +237,17 @@ class GraphBreakLedger:
     def __enter__(self) -> "GraphBreakLedger":
         if self._open or self._final is not None:
             raise GraphBreakError("a GraphBreakLedger accounts one region; call account() again for another")
-        from torch_xla_ext._compat import lazy as _lazy
-        from torch_xla_ext._compat import metrics as _metrics
         from torch_xla_ext.graph_breaks.watch import BridgeWatch, SyncWatch
 
-        # Work launched before the region (async executions) must not land inside it.
-        _metrics.wait_device_ops()
+        # A process with torch alone (any Dynamo backend) accounts Dynamo's half; torch_xla's
+        # counters, syncs and bridge join in where torch_xla is installed.
+        self._xla = _versions.available("graph_breaks.openxla")
+        if self._xla:
+            from torch_xla_ext._compat import lazy as _lazy
+            from torch_xla_ext._compat import metrics as _metrics
+
+            # Work launched before the region (async executions) must not land inside it.
+            _metrics.wait_device_ops()
         self._rank = rank_identity()
         self._outermost = _open_regions[0] == 0
         if self._torch_trace is not False:
@@ -230,8 +259,12 @@ class GraphBreakLedger:
             if trace_log.active() and self._rank.get("source") == "RANK" and self._rank.get("rank") is not None:
                 trace_log.name_file_by_rank(self._rank["rank"])  # for tlparse --all-ranks-html
         self._native_start = _core.global_ledger().totals()
-        self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
-        self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _lazy.replica)]
+        if self._xla:
+            self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
+            self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _lazy.replica)]
+        else:
+            self._window = _NoXlaWindow()
+            self._watches = [BridgeWatch(self)]
         for w in self._watches:
             w.__enter__()
         _core.set_hooks_enabled(True)
@@ -241,11 +274,11 @@ class GraphBreakLedger:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from torch_xla_ext._compat import metrics as _metrics
-
         try:
-            # Executions are asynchronous; their time metrics land when they finish.
-            _metrics.wait_device_ops()
+            if self._xla:  # executions are asynchronous; their time metrics land when they finish
+                from torch_xla_ext._compat import metrics as _metrics
+
+                _metrics.wait_device_ops()
             self._t1 = time.monotonic_ns()
         finally:
             _core.set_hooks_enabled(False)

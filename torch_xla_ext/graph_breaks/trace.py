@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from torch_xla_ext import _json
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
@@ -46,8 +46,6 @@ _INSTANT_KINDS = {"fx_graph": "dynamo", "graph_break": "dynamo", "recompile": "d
 def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
     """The timeline of an open or closed ledger's region, and how many ring events were
     overwritten before they could be drawn."""
-    from torch_xla_ext._compat import metrics as _metrics
-
     t0, wall0 = ledger._t0, ledger._wall0
     span_us = (t_end - t0) / 1e3
     events: list[dict[str, Any]] = []
@@ -82,8 +80,13 @@ def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
             what = e.key or e.reason
             add(f"{kind.replace('_', ' ')} {what}"[:80], _INSTANT_KINDS[kind], _INSTANT_KINDS[kind],
                 end, 0, rep, **({"frame": f"{e.file}:{e.line}"} if e.file else {}))
+    samples: Callable[[str], Any] = lambda metric: ()  # torch alone: no XLA metric was sampled
+    if ledger._xla:
+        from torch_xla_ext._compat import metrics as _metrics
+
+        samples = _metrics.metric_samples
     for metric, track in _SAMPLED.items():
-        for wall_s, value_ns in _metrics.metric_samples(metric):
+        for wall_s, value_ns in samples(metric):
             end_rel_ns = wall_s * 1e9 - wall0
             if 0 <= end_rel_ns <= span_us * 1e3 + 1e6:
                 add(track.split()[-1], "xla", track, t0 + end_rel_ns - value_ns, value_ns)
