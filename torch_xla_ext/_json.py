@@ -48,8 +48,13 @@ def encode(obj: Any, default: Callable[[Any], Any] | None = None) -> Any:
 
 
 def dumps(obj: Any, *, default: Callable[[Any], Any] | None = None, **kwargs: Any) -> str:
-    """``json.dumps`` under the policy (``kwargs``: indent, separators, sort_keys ...)."""
-    return json.dumps(encode(obj, default), allow_nan=False, **kwargs)
+    """``json.dumps`` under the policy (``kwargs``: indent, separators, sort_keys ...). Plain
+    JSON values (no non-finite float, nothing to convert) are written without the walk, the
+    common case of a per-event record; anything else goes through :func:`encode`."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except (TypeError, ValueError):
+        return json.dumps(encode(obj, default), allow_nan=False, **kwargs)
 
 
 def dump(obj: Any, fp: IO[str], *, default: Callable[[Any], Any] | None = None, **kwargs: Any) -> None:

@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -94,10 +93,7 @@ class RankFile:
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Appends one record (a JSON object on one line); opens the file at the first."""
-        try:  # the common record: plain JSON values, no non-finite float
-            text = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError):
-            text = _json.dumps(record, separators=(",", ":"), default=str)
+        text = _json.dumps(record, separators=(",", ":"), default=str)
         line = (text + "\n").encode()
         with self._lock:
             if self._fd is None or os.getpid() != self._pid:
