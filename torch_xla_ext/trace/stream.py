@@ -27,7 +27,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 from torch_xla_ext import _json
 from torch_xla_ext.trace.schema import RANK_FILE_GLOB, SCHEMA_VERSION
@@ -97,11 +97,11 @@ class RankFile:
         line = (text + "\n").encode()
         with self._lock:
             if self._fd is None or os.getpid() != self._pid:
-                self._open()
-            assert self._fd is not None
+                self._open()  # sets self._fd, or raises
+            fd = cast(int, self._fd)
             view = memoryview(line)
             while view:
-                n = os.write(self._fd, view)
+                n = os.write(fd, view)
                 view = view[n:]
 
     @property
