@@ -145,7 +145,7 @@ def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size =
         main = "//tests/stacks:run_in_venv.py",
         args = ["--venv", venv] + (["--extras", extras] if extras else []) + ["$(location %s)" % src],
         data = data + [src, wheel],
-        deps = ["//python:tool_venv", "//tests/packaging:wheels"],
+        deps = ["//python:tool_venv", "//tests/packaging:wheels", "//torch_xla_ext"],  # prepare() runs on the pinned stack
         size = size,
         tags = tags + ["python", "manual", "exclusive", "stack_venv"],
         python_version = "PY3",
