@@ -45,6 +45,15 @@ if [ ! -f "$venv/.txe-complete" ]; then
     2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   touch "$venv/.txe-complete"
 fi
+# torch_xla's wheel ships its own copy of torchax's files (the 0.0.6-era code) under the same
+# `torchax/` folder, and pip installs the two distributions in no fixed order: whichever comes
+# last owns the files. The pinned torchax must win, so its files are put back whenever they are
+# not the ones its own RECORD lists (a check of one hash; no import).
+if ! "$venv/bin/python" "$root/python/check_record.py" torchax; then
+  log "torchax's files are torch_xla's bundled copy: reinstalling the pinned torchax over them"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall \
+    "$(grep -i '^torchax==' "$req")" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+fi
 ln -sfn "$venv" "$root/.venv"
 
 # --- versions: the same check `import torch_xla_ext` makes -------------------------------
