@@ -8,7 +8,8 @@ nn.Sequential) and ``args`` is ``(x,)``: the layers run with torch_xla's scan_la
 ``--capture FILE`` only runs the model on XLA and saves its per-module capture and the program it
 ran (safetensors); ``--compare-capture FILE`` compares such a file with CPU runs of the model and
 replays its program, without XLA. ``--rules`` names the device precision rules the rounded replay
-applies (``auto``: each dot's precision_config on the device the run or the capture used).
+applies (default ``auto``: each dot's precision_config on the device the run or the capture used;
+the rules and their help are parity's registry, ``parity/program/rules.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,21 @@ import argparse
 
 from torch_xla_ext._factory import FactorySpecError, load_model
 from torch_xla_ext.cli import progress
+
+
+RULES_HELP = "the device precision rules (parity's rules registry)"
+
+
+class _HelpWithRules(argparse.HelpFormatter):
+    """The ``--rules`` help from the rules registry, where each rule's words live: imported only
+    when the help is printed (it imports torch, which ``torch-xla-ext --help`` does not need)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help is RULES_HELP:
+            from torch_xla_ext.parity.program import rules  # torch: only for `parity --help`
+
+            return rules.cli_help()
+        return action.help
 
 
 def _layers(model, spec: str, flag: str):
@@ -105,6 +121,7 @@ def _finish(report, args: argparse.Namespace, check: bool) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "parity",
+        formatter_class=_HelpWithRules,
         help="XLA vs CPU parity verdict, explained (fp64 golden, replays of XLA's program, per-module errors)",
         description="Run a model on XLA and CPU eager, compare with an fp64 golden and with replays of XLA's own "
         "program (with XLA:CPU's roundings, and exactly in fp64), and explain the verdict. Without --model, runs "
@@ -120,10 +137,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="dtype of the XLA and CPU runs")
     p.add_argument("--rtol", type=float, help="relative tolerance (default: torch.testing's for the dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: torch.testing's for the dtype)")
-    p.add_argument("--rules", default="xla-cpu", metavar="RULES",
-                   help="the device precision rules the rounded replay applies to f32 dots and convolutions: xla-cpu "
-                        "(default), tpu-default/tpu-high/tpu-highest (1, 3 or 6 bf16 passes), gpu-tf32, or auto (each "
-                        "dot's precision_config on the device the run or the capture used)")
+    # Its help is the rules registry's (parity/program/rules.py), read when help is printed.
+    p.add_argument("--rules", default="auto", metavar="RULES", help=RULES_HELP)
     p.add_argument("--localize", action="store_true",
                    help="also separate every submodule's own error from what it inherited")
     p.add_argument("--plot", metavar="FILE.png", help="plot the per-module errors (with --localize)")
