@@ -45,7 +45,7 @@ def _layers(model, spec: str, flag: str):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from torch_xla_ext import parity
+    from torch_xla_ext import parity  # torch, torch_xla and JAX: not for `torch-xla-ext --help`
 
     tol = {} if args.rtol is None and args.atol is None else {"rtol": args.rtol, "atol": args.atol}
     if args.model is None:
@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
                  f"input (3, 4, 5, 128), {args.dtype}, XLA (PJRT CPU) vs CPU eager")
         layers, reference, x = parity.scan_patched_linear_example(args.dtype)
         report = parity.scan_layers(layers, x, dtype=args.dtype, reference_layers=reference, rules=args.rules, **tol)
-        return _finish(report, args, check=False)
+        return _finish(parity, report, args, check=False)
 
     if args.plot and not (args.localize or args.compare_capture):
         raise FactorySpecError("--plot: needs a per-module localisation (--localize or --compare-capture)")
@@ -86,17 +86,14 @@ def _run(args: argparse.Namespace) -> int:
         report = parity.verify(made.model, made.args, made.kwargs, dtype=args.dtype, reference=reference,
                                localize=args.localize, explorer_dir=args.explorer, rules=args.rules, **tol)
         if args.explorer:
-            from torch_xla_ext.parity import explorer
-
             progress(f"wrote the program and its per-op error for Model Explorer to {args.explorer}; open it with "
                      f"(pip install ai-edge-model-explorer):")
-            print(explorer.open_command(args.explorer), flush=True)
-    return _finish(report, args, check=True)
+            print(parity.explorer.open_command(args.explorer), flush=True)
+    return _finish(parity, report, args, check=True)
 
 
-def _finish(report, args: argparse.Namespace, check: bool) -> int:
-    from torch_xla_ext import parity
-
+def _finish(parity, report, args: argparse.Namespace, check: bool) -> int:
+    """Writes the report where asked and prints it; ``parity`` is the package, imported by the caller."""
     if args.json:
         with open(args.json, "w") as f:
             f.write(report.to_json(indent=2))
