@@ -17,7 +17,7 @@ writes a field it did not declare. The runner alone owns what every stage would 
 
 A stage's function returns None (it ran), :data:`END` (it ran, and the run ends: a
 NONDETERMINISTIC_REFERENCE, outputs of other shapes) or :data:`SKIPPED` (there was nothing for it
-to do: not timed).
+to do: neither timed nor followed by its release).
 
 Example:
     >>> import torch
@@ -123,10 +123,12 @@ def run(request: Request, stages: Sequence[Stage], *, record: RunRecord | None =
                 before = {name: id(getattr(record, name)) for name in fields}
                 t = time.perf_counter()
                 outcome = stage.run(record)
-                if outcome is not SKIPPED and stage.seconds is not None:
-                    record.seconds[stage.seconds] = record.seconds.get(stage.seconds, 0.0) + time.perf_counter() - t
+                elapsed = time.perf_counter() - t
                 _check_writes(stage, record, before)
-                memory.release(stage.release)
+                if outcome is not SKIPPED:  # a stage that had nothing to do is neither timed nor released after
+                    if stage.seconds is not None:
+                        record.seconds[stage.seconds] = record.seconds.get(stage.seconds, 0.0) + elapsed
+                    memory.release(stage.release)
                 if outcome is END:
                     break
         except UserFailure as f:

@@ -334,9 +334,9 @@ def _module_pass(record: RunRecord, ours: bool) -> None:
         record.capture = None
 
 
-_READS = dict(reads=("request", "capture", "device"), optional=("cpu_calls", "replayed"),
+_DECLARED = dict(reads=("request", "capture", "device"), optional=("cpu_calls", "replayed"),
               writes=("modules", "golden", "notes"), seconds="compare modules", release="trim")
 # verify's: its own capture, consumed as it is compared.
-STAGE = Stage("localisation", lambda record: _module_pass(record, ours=True), drops=("cpu_calls", "capture"), **_READS)
+STAGE = Stage("localisation", lambda record: _module_pass(record, ours=True), drops=("cpu_calls", "capture"), **_DECLARED)
 # compare_capture's: the loaded capture, whose outputs the comparison reads after.
-OF_CAPTURE = Stage("localisation", lambda record: _module_pass(record, ours=False), drops=("cpu_calls",), **_READS)
+OF_CAPTURE = Stage("localisation", lambda record: _module_pass(record, ours=False), drops=("cpu_calls",), **_DECLARED)
