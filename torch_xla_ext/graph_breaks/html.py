@@ -99,8 +99,8 @@ _MACROS = """
 </summary>
 {{ thead(["XLA graph hash", "nodes", "compile ms", "executions", "per step"]) }}
 {% for p in br["partitions"] %}
-{% set h = r.per_graph_hash.get(p["hash"], {}) %}{% set ex = h.get("executions", 0) %}
-<tr><td><code>{{ p["hash"][:16] }}</code></td><td class="n">{{ p["nodes"] }}</td>
+{% set h = r.per_graph_hash.get(p["graph_hash"], {}) %}{% set ex = h.get("executions", 0) %}
+<tr><td><code>{{ p["graph_hash"][:16] }}</code></td><td class="n">{{ p["nodes"] }}</td>
 <td class="n">{{ "%.1f"|format(h.get("compile_ms", 0.0)) }}</td><td class="n">{{ ex }}</td>
 <td class="n">{% if per_step %}{{ "%g"|format(ex / per_step) }}{% else %}-{% endif %}</td></tr>
 {% endfor %}

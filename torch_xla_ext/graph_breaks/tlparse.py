@@ -44,8 +44,8 @@ def _is_compile_id(cid: Any) -> bool:
 
 
 def _partition(p: dict[str, Any], per_hash: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    h = per_hash.get(p["hash"], {})
-    return {"graph_hash": p["hash"], "nodes": p["nodes"], "compiles": h.get("compiles", 0),
+    h = per_hash.get(p["graph_hash"], {})
+    return {"graph_hash": p["graph_hash"], "nodes": p["nodes"], "compiles": h.get("compiles", 0),
             "compile_ms": round(h.get("compile_ms", 0.0), 3), "executions": h.get("executions", 0),
             "dispatch_ms": round(h.get("dispatch_ms", 0.0), 3)}
 

@@ -51,7 +51,7 @@ def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
     events: list[dict[str, Any]] = []
 
     # An XLA graph's compile id is that of the Dynamo compile whose graph the bridge partitioned.
-    hash_cid = {p["hash"]: b["compile_id"] for b in ledger._bridges.values() for p in b["partitions"]
+    hash_cid = {p["graph_hash"]: b["compile_id"] for b in ledger._bridges.values() for p in b["partitions"]
                 if b["compile_id"] not in (None, "-")}
 
     def add(name: str, cat: str, track: str, start_ns: float, dur_ns: float, replica: int | None = None,

@@ -8,7 +8,9 @@ import os
 from typing import Any
 
 from torch_xla_ext import _json
+from torch_xla_ext.trace.report import html, perfetto, render
 from torch_xla_ext.trace.report.build import build_dir
+from torch_xla_ext.trace.report.load import load_dir
 
 __all__ = ["FILES", "build_dir", "write"]
 
@@ -17,9 +19,6 @@ FILES = ("report.json", "report.md", "report.html", "trace.perfetto.json")
 
 def write(directory: str) -> dict[str, Any]:
     """Builds the report of ``directory`` and writes its files there; returns it."""
-    from torch_xla_ext.trace.report import html, perfetto, render
-    from torch_xla_ext.trace.report.load import load_dir
-
     report = build_dir(directory)
     outputs = {
         "report.json": lambda: _json.dumps(report, indent=1),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch_xla_ext import _html
-from torch_xla_ext.trace.report.render import change_text
+from torch_xla_ext.trace.report.render import change_text, has_ranks_section, ranks_phrase
 
 __all__ = ["render"]
 
@@ -25,6 +25,8 @@ _PAGE = """<!doctype html>
 <td class="n">{{ p.torch_xla_compile_count if p.torch_xla_compile_count is not none else '-' }}</td>
 <td{% if not p.ended or p.exception or p.damage %} class="bad"{% endif %}>{{ p.stopped }}</td><td>{{ p.steady }}</td></tr>
 {% endfor %}</table>
+{% for p in r.ranks %}{% if p.notes or p.problems %}<ul>{% for n in p.notes %}<li>{{ p.label }}: {{ n }}</li>{% endfor %}
+{% for n in p.problems %}<li class="bad">{{ p.label }}: problem {{ n }}</li>{% endfor %}</ul>{% endif %}{% endfor %}
 <h2>Compiles</h2>
 <input type="search" id="filter" placeholder="filter compiles (site, hash, trigger)">
 <table id="compiles"><tr><th>rank</th><th>step</th><th>graph hash</th><th>trigger</th><th>site</th><th>ms</th><th>what changed</th><th>advice</th></tr>
@@ -36,8 +38,8 @@ _PAGE = """<!doctype html>
 <td>{{ c.advice }}</td></tr>
 {% endfor %}</table>
 <h2>Sites that compile</h2>
-<table><tr><th>rank</th><th>site</th><th>trigger</th><th>compiles</th><th>graphs</th><th>steps run</th><th></th></tr>
-{% for s in r.sites %}<tr><td class="n">{{ s.rank }}</td><td>{{ s.site }}<br><code>{{ s.code }}</code></td><td>{{ s.kind }}</td>
+<table><tr><th>rank</th><th>site</th><th>trigger</th><th>compiles</th><th>graphs</th><th>steps run</th><th>every step</th></tr>
+{% for s in r.sites %}<tr><td class="n">{{ s.rank }}</td><td>{{ s.site }}<br><code>{{ s.code }}</code></td><td>{{ s.kind }}{% if s.op %} ({{ s.op }}){% endif %}</td>
 <td class="n">{{ s.compiles }}</td><td class="n">{{ s.graphs }}</td><td class="n">{{ s.steps_run }}</td>
 <td>{% if s.every_step %}<span class="bad">compiles every step</span>{% endif %}</td></tr>
 {% endfor %}</table>
@@ -58,13 +60,19 @@ _PAGE = """<!doctype html>
 <td>{% for g in c.graphs %}{{ g.nodes }} nodes{% if g.ended_by %}, ended by {{ g.ended_by }}{% endif %}<br>{% endfor %}</td>
 <td>{% for b in c.bridges %}{{ (b.partitions or [])|length }} partitions{% if b.fallback_nodes %}, fallback {{ b.fallback_nodes|join(', ') }}{% endif %}<br>{% endfor %}</td></tr>
 {% endfor %}</table>{% endfor %}
-<h2>Ranks</h2>
+{% if r.startup_errors %}<h2>Processes whose recorder did not start</h2>
+<table><tr><th>pid</th><th>file</th><th>what it said</th></tr>
+{% for e in r.startup_errors %}<tr><td class="n">{{ e.pid }}</td><td>{{ e.file }}</td><td class="bad"><code>{{ e.text }}</code></td></tr>{% endfor %}
+</table>{% endif %}
+{% if r.problems %}<ul>{% for p in r.problems %}<li class="bad">{{ p }}</li>{% endfor %}</ul>{% endif %}
 {% set d = r.divergence %}
-{% if d.first_step is not none %}<p class="bad">The ranks' graphs first differ at step {{ d.first_step }}: ranks {{ d.ranks_that_differ|join(', ') }}.</p>
+{% if ranks_section %}<h2>Ranks</h2>
+{% if d.first_step is not none %}<p class="bad">The ranks' graphs first differ at step {{ d.first_step }}: {{ ranks_phrase(d.ranks_that_differ) }}.</p>
 <ul>{% for row in d.details %}{% for x in row.differences %}<li>rank {{ row.rank }}: {{ change(x) }}</li>{% endfor %}{% endfor %}</ul>
 {% elif d.ranks|length > 1 %}<p class="ok">Every rank compiled and ran the same graphs at every step they all reached.</p>{% endif %}
 {% if d.missing_ranks %}<p class="bad">Missing ranks: {{ d.missing_ranks|join(', ') }}</p>{% endif %}
 {% for e in d.stopped_early %}<p class="bad">rank {{ e.rank }} stopped early, at step {{ e.last_step }}</p>{% endfor %}
+{% endif %}
 <script>
 document.getElementById('filter').addEventListener('input', function (ev) {
   var q = ev.target.value.toLowerCase();
@@ -85,4 +93,5 @@ def _figure(v: Any) -> str:
 
 def render(report: dict[str, Any]) -> str:
     env = _html.environment({"page": _PAGE})
-    return env.get_template("page").render(r=report, csp=_html.CSP, css=_html.CSS, change=change_text, figure=_figure)
+    return env.get_template("page").render(r=report, csp=_html.CSP, css=_html.CSS, change=change_text, figure=_figure,
+                                           ranks_section=has_ranks_section(report), ranks_phrase=ranks_phrase)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["MAX_SUMMARY_LINES", "change_text", "summary_lines", "to_markdown"]
+__all__ = ["MAX_SUMMARY_LINES", "change_text", "has_ranks_section", "ranks_phrase", "summary_lines", "to_markdown"]
 
 MAX_SUMMARY_LINES = 20
 
@@ -44,7 +44,8 @@ def change_text(c: dict[str, Any]) -> str:
         who = f" ({c['role']}: {', '.join(c['names'][:2])}, ...)" if c.get("names") else ""
         return f"inputs {c.get('old')} -> {c.get('new')}" + (f", new: {added}" if added else "") + who
     if what == "constant":
-        return f"constant of {c.get('op')} at {_lib(c.get('site', ''))}: {c.get('old')} -> {c.get('new')}"
+        where = f" at {_lib(c['site'])}" if c.get("site") else " (no source line: made while lowering)"
+        return f"constant of {c.get('op')}{where}: {c.get('old')} -> {c.get('new')}"
     if what == "op":
         if c.get("same_op_other_type"):
             text = f"first op on other shapes #{c.get('index')}: {c.get('old')} -> {c.get('new').split(' -> ')[-1]}"
@@ -105,7 +106,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         last = next((c for c in reversed(recompiles) if c["trigger"]["site"] == s["site"] and c["rank"] == s["rank"]),
                     None)
         if last is not None:
-            what = "; ".join(change_text(c) for c in last["changed"][:2])
+            what = "; ".join(change_text(c) for c in _leading(last["changed"]))
             if what:
                 lines.append(f"    step {last['step']}: {what}"[:240])
             if last["advice"]:
@@ -114,10 +115,18 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if host:
         h = host[0]
         lines.append(f"  host reads run graphs at {_short(h['site'])} ({h['executions']} executions in {h['steps']} steps)")
+    for e in report.get("startup_errors", [])[:1]:
+        n = len(report["startup_errors"])
+        lines.append(f"  the recorder did not start in {n} process{'es' if n != 1 else ''} ({e['file']}"
+                     f"{' ...' if n > 1 else ''}): {(e['text'].splitlines() or [''])[0]}"[:240])
+    problems = sum(len(r["problems"]) for r in report["ranks"]) + len(report.get("problems", []))
+    if problems:
+        lines.append(f"  {problems} problem{'s' if problems != 1 else ''} the recorder or the report met: see report.md")
     d = report["divergence"]
     if d["first_step"] is not None:
-        lines.append(f"  ranks diverge at step {d['first_step']}: ranks {', '.join(map(str, d['ranks_that_differ']))} "
-                     "run other graphs")
+        odd = d["ranks_that_differ"]
+        lines.append(f"  ranks diverge at step {d['first_step']}: {ranks_phrase(odd)} "
+                     f"{'runs' if len(odd) == 1 else 'run'} other graphs")
         for row in d["details"][:1]:
             for c in row["differences"][:2]:
                 lines.append(f"    rank {row['rank']}: {change_text(c)}"[:240])
@@ -132,6 +141,18 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _leading(changed: list[dict[str, Any]], n: int = 2) -> list[dict[str, Any]]:
+    """The first ``n`` changes a user can act on (the report orders them so); the others only
+    when there is none."""
+    mine = [c for c in changed if c.get("actionable", True)]
+    return (mine or changed)[:n]
+
+
+def ranks_phrase(ranks: list[Any]) -> str:
+    """"rank 1" or "ranks 1, 2"."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
 def _cell(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
@@ -140,6 +161,12 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in rows]
     return out + [""]
+
+
+def has_ranks_section(report: dict[str, Any]) -> bool:
+    """The "Ranks" section says something: more than one process, or ranks missing."""
+    d = report["divergence"]
+    return len(d["ranks"]) > 1 or bool(d["missing_ranks"])
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -165,7 +192,7 @@ def to_markdown(report: dict[str, Any]) -> str:
                    "; ".join(change_text(x) for x in c["changed"]) or ("first at this site" if c["previous_step"] is None else ""),
                    c["advice"]] for c in report["compiles"]])
     md += ["## Sites that compile", ""]
-    md += _table(["rank", "site", "trigger", "code", "compiles", "graphs", "steps run", "steps", "flag"],
+    md += _table(["rank", "site", "trigger", "code", "compiles", "graphs", "steps run", "steps", "every step"],
                  [[s["rank"], s["site"], s["kind"] + (f" ({s['op']})" if s["op"] else ""), f"`{s['code']}`" if s["code"] else "",
                    s["compiles"], s["graphs"], s["steps_run"], f"{s['first_step']}-{s['last_step']}",
                    "compiles every step" if s["every_step"] else ""] for s in report["sites"]])
@@ -195,12 +222,23 @@ def to_markdown(report: dict[str, Any]) -> str:
             md += _table(["break", "GB id", "frame", "logged", "counted", "hint"],
                          [[b["gb_type"], b["gb_id"] or "", b["frame"], b["logged"], b["counted"],
                            (b["hints"] or [""])[0][:160]] for b in dyn["breaks"]])
+    if report.get("startup_errors"):
+        md += ["## Processes whose recorder did not start", "",
+               "Each wrote `startup-error-<pid>.txt` in the trace directory; the program ran on, untraced.", ""]
+        md += _table(["pid", "file", "what it said"],
+                     [[e["pid"], e["file"], e["text"][:400]] for e in report["startup_errors"]])
+    for p in report.get("problems", []):
+        md += [f"- {p}"]
     d = report["divergence"]
+    if not has_ranks_section(report):
+        md += ["", "Figures and the upstream record each equals: "
+               + "; ".join(f"{k}: {v}" for k, v in report["oracles"].items()), ""]
+        return "\n".join(md)
     md += ["## Ranks", ""]
     if d["first_step"] is not None:
         ref = d["details"][0]["reference_rank"] if d["details"] else "?"
-        md.append(f"The ranks' graphs first differ at **step {d['first_step']}**: ranks "
-                  f"{', '.join(map(str, d['ranks_that_differ']))} (compared with rank {ref}"
+        md.append(f"The ranks' graphs first differ at **step {d['first_step']}**: "
+                  f"{ranks_phrase(d['ranks_that_differ'])} (compared with rank {ref}"
                   + ("; no group of ranks is larger, so either side may be the odd one" if d.get("no_majority") else "")
                   + ").")
         md.append("")
