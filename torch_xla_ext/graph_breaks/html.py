@@ -27,6 +27,7 @@ import functools
 import os
 from typing import Any
 
+from torch_xla_ext import _html
 from torch_xla_ext._html import CSP, CSS
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 
@@ -229,8 +230,6 @@ def _compact(template: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _env() -> Any:
-    from torch_xla_ext import _html
-
     return _html.environment({"macros": _compact(_MACROS), "page": _compact(_PAGE), "report": _compact(_REPORT),
                               "comparison": _compact(_COMPARISON), "merged": _compact(_MERGED)})
 

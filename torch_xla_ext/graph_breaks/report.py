@@ -41,7 +41,7 @@ import json
 import os
 from typing import Any
 
-from torch_xla_ext import _device, _json
+from torch_xla_ext import _device, _json, _validation
 from torch_xla_ext._dynamo_events import BREAK_FIGURES
 from torch_xla_ext.errors import InternalError, InvalidArgumentError, NotFoundError
 
@@ -175,8 +175,6 @@ class GraphBreakReport:
     def from_dict(cls, d: dict[str, Any], where: str = "report") -> "GraphBreakReport":
         """The report in ``d`` (what :meth:`to_dict` wrote); errors name ``where`` and the field.
         The dataclass's fields are the schema (validated by pydantic, :mod:`torch_xla_ext._validation`)."""
-        from torch_xla_ext import _validation
-
         if not isinstance(d, dict):
             raise GraphBreakError(f"{where}: expected a JSON object, got {type(d).__name__}")
         schema = d.get("schema", SCHEMA)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch_xla_ext._compat import trace_log
 from torch_xla_ext.graph_breaks.report import GraphBreakReport
 
 __all__ = ["COMPILE_ARTIFACT", "SUMMARY_ARTIFACT", "SCHEMA", "CHROMIUM_CAT", "chromium_events", "compile_artifacts",
@@ -152,8 +153,6 @@ def emit(report: GraphBreakReport, wall0_us: float | None = None) -> list[str]:
     """Writes the artifacts of ``report`` into torch's structured trace (nothing when no one reads
     it), and its timeline as chromium events when ``wall0_us`` (the region's start on
     ``time.time_ns()``, in microseconds) is given; returns the compile ids that got an artifact."""
-    from torch_xla_ext._compat import trace_log
-
     if not trace_log.active():
         return []
     placed, unplaced = [], {}

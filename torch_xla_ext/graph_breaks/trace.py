@@ -82,6 +82,7 @@ def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
                 end, 0, rep, **({"frame": f"{e.file}:{e.line}"} if e.file else {}))
     samples: Callable[[str], Any] = lambda metric: ()  # torch alone: no XLA metric was sampled
     if ledger._xla:
+        # Imports torch_xla: only where the region had it (Dynamo's half runs without it).
         from torch_xla_ext._compat import metrics as _metrics
 
         samples = _metrics.metric_samples

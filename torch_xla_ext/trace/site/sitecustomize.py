@@ -50,6 +50,7 @@ def _start() -> None:
             if spec is None or os.path.dirname(os.path.dirname(os.path.abspath(spec.origin or ""))) != \
                     os.path.abspath(package):
                 sys.meta_path.insert(0, _OurPackage(package))
+        # Only with TORCH_XLA_EXT_TRACE set, and after the finder above can find the package.
         from torch_xla_ext.trace import startup
     except Exception as e:  # noqa: BLE001 - the user's program starts whatever happens to the recorder; the report reads this file
         try:
