@@ -161,7 +161,7 @@ class Compile:
     tensors: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
     roles: dict[str, int] = dataclasses.field(default_factory=dict)
     debug_offset: Optional[int] = None
-    recovered: bool = False  # read from torch_xla's analysis after the process stopped (never written)
+    recovered: bool = False  # read back from torch_xla's analysis after the process stopped (False when written)
 
 
 @dataclasses.dataclass
