@@ -1,5 +1,5 @@
-"""The report of a trace directory, as plain data (what ``report.json`` holds; schema in
-docs/trace.md), built from the typed records ``load.py`` read: every compile of every rank with
+"""The report of a trace directory (``report/model.py``'s :class:`~.model.Report`, what
+``report.json`` holds; schema in docs/trace.md), built from the typed records ``load.py`` read: every compile of every rank with
 why, the sites that compile, where the script syncs, each rank's Dynamo record, how each rank
 ended, the processes whose recorder did not start, and the ranks that diverge.
 
@@ -9,8 +9,8 @@ metric and ``PT_XLA_DEBUG_LEVEL`` analysis for compiles, Dynamo's counters, stru
 names).
 
 The compile rows come from :data:`COMPILE_SOURCES`: one function per frontend that turns a rank's
-records into rows of the one shape ``report.json``'s ``compiles`` has (``kind``, the ``trigger``
-with its ``site`` and ``function``, ``ms``, ``changed``, ``advice``...). The sections after it
+records into :class:`~.model.CompileRow` objects (``kind``, the ``trigger`` with its ``site`` and
+``function``, ``ms``, ``changed``, ``advice``...). The sections after it
 (sites, the steady state, the summary, divergence) read only those rows, so a new frontend's
 compile record is one more source here, not a branch in each section.
 """
@@ -22,7 +22,6 @@ import dataclasses
 import os
 from typing import Any, Callable
 
-from torch_xla_ext import _json
 from torch_xla_ext._dynamo_events import (DYNAMO_FIGURES, AotGraph, BridgeExtraction, DynamoGraph, FrameCompile,
                                          GraphBreak, Recompile, XlaCompile)
 from torch_xla_ext.trace import advice as _advice
@@ -30,15 +29,15 @@ from torch_xla_ext.trace import frames as _frames
 from torch_xla_ext.trace import graphs as _graphs
 from torch_xla_ext.trace.report import ranks as _ranks
 from torch_xla_ext.trace.report import render
-from torch_xla_ext.trace.report.load import RankTrace, StartupError, load_dir, load_run, startup_errors
+from torch_xla_ext.trace.report.load import RankTrace, StartupError
+from torch_xla_ext.trace.report.model import CompileRow, DynamoSection, RankRow, Report, SiteRow, SyncPoint
 from torch_xla_ext.trace.schema import SCHEMA_VERSION, Compile, RunManifest, TraceError
 
-__all__ = ["COMPILE_SOURCES", "DYNAMO_FIGURES", "ORACLES", "build", "build_dir"]
+__all__ = ["COMPILE_SOURCES", "DYNAMO_FIGURES", "ORACLES", "build"]
 
 REPORT_SCHEMA = "torch_xla_ext.trace.report"
 EVERY_STEP_MIN = 3  # compiles in a row at a site before it is flagged as compiling every step
 _DYNAMO_KINDS = ("dynamo", "dynamo_inputs", "dynamo_run")
-_TRIGGER_FIELDS = ("kind", "site", "op", "function", "code", "cause")
 
 ORACLES = {
     "compiles": "torch_xla's CompileTime metric (samples) and PT_XLA_DEBUG_LEVEL=2's Compilation Analysis blocks",
@@ -46,48 +45,39 @@ ORACLES = {
 }
 
 
-def build_dir(directory: str) -> dict[str, Any]:
-    """The report of a trace directory (its rank files, run.json and start-up errors)."""
-    traces = load_dir(directory)
-    run, run_problem = load_run(directory)
-    return build(traces, run=run, directory=directory, startup=startup_errors(directory),
-                 problems=[run_problem] if run_problem else [])
-
-
 def build(traces: list[RankTrace], run: RunManifest | None = None, directory: str = "",
-          startup: list[StartupError] | None = None, problems: list[str] | None = None) -> dict[str, Any]:
+          startup: list[StartupError] | None = None, problems: list[str] | None = None) -> Report:
     if not traces:
         raise TraceError(f"{directory or 'trace'}: no rank files to report on")
-    compiles: list[dict[str, Any]] = []
-    ranks: list[dict[str, Any]] = []
-    sites: list[dict[str, Any]] = []
-    syncs: list[dict[str, Any]] = []
-    dynamo: list[dict[str, Any]] = []
+    compiles: list[CompileRow] = []
+    ranks: list[RankRow] = []
+    sites: list[SiteRow] = []
+    syncs: list[SyncPoint] = []
+    dynamo: list[DynamoSection] = []
     for t in traces:
         rc = [row for source in COMPILE_SOURCES for row in source(t)]
         compiles.extend(rc)
         dyn = _dynamo(t)
-        if dyn["compile_ids"] or any(dyn["figures"].values()):
+        if dyn.compile_ids or any(dyn.figures.values()):
             dynamo.append(dyn)
         sites.extend(_sites(t, rc))
         syncs.extend(_sync_points(t))
         ranks.append(_rank(t, rc, run))
-    divergence = _ranks.divergence(traces, compiles)
-    report = {"schema": REPORT_SCHEMA, "version": SCHEMA_VERSION, "directory": directory,
-              "command": run.command if run is not None else None,
-              "exit": None if run is None else {"code": run.exit_code, "signal": run.signal},
-              "ranks": ranks, "compiles": compiles, "sites": sites, "sync_points": syncs, "dynamo": dynamo,
-              "divergence": divergence, "oracles": dict(ORACLES),
-              "dynamo_figures": [{"key": k, "label": label, "oracle": o} for k, label, o in DYNAMO_FIGURES],
-              "startup_errors": [dataclasses.asdict(e) for e in startup or []], "problems": list(problems or [])}
-    report["summary"] = render.summary_lines(report)
-    return _json.encode(report)
+    report = Report(schema=REPORT_SCHEMA, version=SCHEMA_VERSION, directory=directory,
+                    command=run.command if run is not None else None,
+                    exit=None if run is None else {"code": run.exit_code, "signal": run.signal},
+                    ranks=ranks, compiles=compiles, sites=sites, sync_points=syncs, dynamo=dynamo,
+                    divergence=_ranks.divergence(traces), oracles=dict(ORACLES),
+                    dynamo_figures=[{"key": k, "label": label, "oracle": o} for k, label, o in DYNAMO_FIGURES],
+                    startup_errors=list(startup or []), problems=list(problems or []))
+    report.summary = render.summary_lines(report)
+    return report
 
 
 # ---- compiles ---------------------------------------------------------------------------------------
 
 
-def _torch_xla_compiles(t: RankTrace) -> list[dict[str, Any]]:
+def _torch_xla_compiles(t: RankTrace) -> list[CompileRow]:
     """torch_xla's compiles (lazy, and the openxla bridge's), joined with the Dynamo compile that
     led to each."""
     # The bridge's compiles are torch_xla's compiles of kind "dynamo" (the bridge keys its cache by
@@ -124,7 +114,7 @@ def _torch_xla_compiles(t: RankTrace) -> list[dict[str, Any]]:
 
 
 def _compile_row(t: RankTrace, c: Compile, by_k: dict[int, Compile], bridge: XlaCompile | None,
-                 recompile_reason: dict[str, str], frame_of: dict[str, str]) -> dict[str, Any]:
+                 recompile_reason: dict[str, str], frame_of: dict[str, str]) -> CompileRow:
     trig = dataclasses.replace(c.trigger)
     dynamo_kind = trig.kind in _DYNAMO_KINDS
     cid = c.compile_id or (bridge.compile_id if bridge is not None else None)
@@ -146,91 +136,88 @@ def _compile_row(t: RankTrace, c: Compile, by_k: dict[int, Compile], bridge: Xla
     changed = [dict(x, actionable=_graphs.actionable(x, _frames.is_library))
                for x in _graphs.rank_changes(changed, _frames.is_library)]
     prev = by_k.get(c.previous) if c.previous is not None else None
-    return {"rank": t.rank, "k": c.k, "step": c.step, "kind": "dynamo" if dynamo_kind else "lazy",
-            "graph_hash": c.graph_hash, "trigger": {f: getattr(trig, f) for f in _TRIGGER_FIELDS},
-            "ms": c.ms, "inputs": c.inputs, "outputs": c.outputs, "compile_id": cid,
-            "changed": changed, "previous_step": prev.step if prev else None,
-            "previous_hash": prev.graph_hash if prev else None, "advice": advice,
-            "captured": c.captured, "recovered": c.recovered, "replica": c.replica,
-            "bridge_hash": bridge.graph_hash if bridge is not None else None}
+    return CompileRow(rank=t.rank, k=c.k, step=c.step, kind="dynamo" if dynamo_kind else "lazy",
+                      graph_hash=c.graph_hash, trigger=trig, ms=c.ms, inputs=c.inputs, outputs=c.outputs,
+                      compile_id=cid, changed=changed, previous_step=prev.step if prev else None,
+                      previous_hash=prev.graph_hash if prev else None, advice=advice, captured=c.captured,
+                      recovered=c.recovered, replica=c.replica,
+                      bridge_hash=bridge.graph_hash if bridge is not None else None)
 
 
 # One function per frontend: a rank's records -> its rows of ``compiles`` (see the module). A new
 # frontend's compile record (a JAX compile of a jitted function: kind "jax", its trigger's site the
 # user's call site and function the jitted function) adds its function here.
-COMPILE_SOURCES: tuple[Callable[[RankTrace], list[dict[str, Any]]], ...] = (_torch_xla_compiles,)
+COMPILE_SOURCES: tuple[Callable[[RankTrace], list[CompileRow]], ...] = (_torch_xla_compiles,)
 
 
 # ---- sites and sync points ------------------------------------------------------------------------------
 
 
-def _sites(t: RankTrace, compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _sites(t: RankTrace, compiles: list[CompileRow]) -> list[SiteRow]:
     runs: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     for s in t.steps:
         runs[(s.kind, t.site(s.site))].append(s.n)
         for kind, sid, _ in s.executions:
             if kind == "host_read":
                 runs[("host_read", t.site(sid))].append(s.n)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
+    groups: dict[tuple[str, str], list[CompileRow]] = collections.defaultdict(list)
     for c in compiles:
-        groups[(c["trigger"]["kind"], c["trigger"]["site"])].append(c)
+        groups[(c.trigger.kind, c.trigger.site)].append(c)
     out = []
     for (kind, site), cs in groups.items():
-        steps = sorted({c["step"] for c in cs})
+        steps = sorted({c.step for c in cs})
         ran = sorted(set(runs.get((kind, site), [])) | set(steps))
         tail = ran[-EVERY_STEP_MIN:]
         every = len(steps) >= EVERY_STEP_MIN and all(s in steps for s in tail) and \
             (len(ran) <= len(steps) + 1 or ran[-1] in steps)
-        row = {"rank": t.rank, "kind": kind, "site": site, "op": cs[0]["trigger"]["op"],
-               "function": cs[0]["trigger"]["function"], "code": cs[0]["trigger"]["code"], "compiles": len(cs),
-               "graphs": len({c["graph_hash"] for c in cs}), "steps_run": len(ran), "first_step": steps[0],
-               "last_step": steps[-1], "every_step": every}
-        row["advice"] = ("Compiles at every step it runs: its graph changes each step (see what changed); the "
-                         "run will not reach a steady state." if every else "")
-        out.append(row)
-    out.sort(key=lambda r: (-r["compiles"], r["rank"] if r["rank"] is not None else -1))
+        first = cs[0].trigger
+        out.append(SiteRow(rank=t.rank, kind=kind, site=site, op=first.op, function=first.function, code=first.code,
+                           compiles=len(cs), graphs=len({c.graph_hash for c in cs}), steps_run=len(ran),
+                           first_step=steps[0], last_step=steps[-1], every_step=every,
+                           advice=("Compiles at every step it runs: its graph changes each step (see what changed); "
+                                   "the run will not reach a steady state." if every else "")))
+    out.sort(key=lambda r: (-r.compiles, r.rank if r.rank is not None else -1))
     return out
 
 
-def _sync_points(t: RankTrace) -> list[dict[str, Any]]:
+def _sync_points(t: RankTrace) -> list[SyncPoint]:
     """Where the script makes torch_xla run graphs: step markers and host reads, with how many
     executions and in how many steps (from torch_xla's execution analysis)."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    rows: dict[tuple[str, str], SyncPoint] = {}
     for s in t.steps:
         seen = set()
         if not s.executions:
             key = (s.kind, t.site(s.site))
             r = rows.setdefault(key, _sync_row(t, key, s.site))
-            r["markers"] += 1
+            r.markers += 1
             continue
         for kind, sid, _ in s.executions:
             key = (kind, t.site(sid))
             r = rows.setdefault(key, _sync_row(t, key, sid))
-            r["executions"] += 1
+            r.executions += 1
             if key not in seen:
-                r["steps"] += 1
+                r.steps += 1
                 seen.add(key)
         key = (s.kind, t.site(s.site))
-        rows.setdefault(key, _sync_row(t, key, s.site))["markers"] += 1
+        rows.setdefault(key, _sync_row(t, key, s.site)).markers += 1
     out = list(rows.values())
-    out.sort(key=lambda r: (-r["executions"], -r["markers"]))
+    out.sort(key=lambda r: (-r.executions, -r.markers))
     return out
 
 
-def _sync_row(t: RankTrace, key: tuple[str, str], sid: int) -> dict[str, Any]:
+def _sync_row(t: RankTrace, key: tuple[str, str], sid: int) -> SyncPoint:
     site = t.sites.get(sid)
     code = site.code if site is not None else ""
     op = ""
     if key[0] == "host_read":
         op = next((name for name, rx in _frames.HOST_READ_OPS if rx.search(code)), "")
-    return {"rank": t.rank, "kind": key[0], "site": key[1], "code": code, "op": op, "executions": 0, "steps": 0,
-            "markers": 0}
+    return SyncPoint(rank=t.rank, kind=key[0], site=key[1], code=code, op=op)
 
 
 # ---- Dynamo -----------------------------------------------------------------------------------------------
 
 
-def _dynamo(t: RankTrace) -> dict[str, Any]:
+def _dynamo(t: RankTrace) -> DynamoSection:
     cids: dict[str, dict[str, Any]] = {}
 
     def entry(cid: str | None) -> dict[str, Any]:
@@ -277,16 +264,16 @@ def _dynamo(t: RankTrace) -> dict[str, Any]:
             "fallback_nodes": list(x.fallback_nodes), "ms": x.ms, "error": x.error})
     for e in cids.values():
         e["advice"] = _advice.dynamo(e["recompile_reason"], len(e["breaks"]))
-    return {"rank": t.rank, "figures": figures, "compile_ids": list(cids.values()),
-            "breaks": sorted(breaks.values(), key=lambda b: -b["logged"])}
+    return DynamoSection(rank=t.rank, figures=figures, compile_ids=list(cids.values()),
+                         breaks=sorted(breaks.values(), key=lambda b: -b["logged"]))
 
 
 # ---- ranks --------------------------------------------------------------------------------------------------
 
 
-def _rank(t: RankTrace, compiles: list[dict[str, Any]], run: RunManifest | None) -> dict[str, Any]:
+def _rank(t: RankTrace, compiles: list[CompileRow], run: RunManifest | None) -> RankRow:
     last = t.last_step
-    k = max((c["step"] for c in compiles), default=0)
+    k = max((c.step for c in compiles), default=0)
     if not t.steps:
         steady = ""
     elif k < last:
@@ -312,12 +299,11 @@ def _rank(t: RankTrace, compiles: list[dict[str, Any]], run: RunManifest | None)
     if t.skipped:
         notes.append("records of kinds this torch_xla_ext does not know (a newer writer's) skipped: "
                      + ", ".join(f"{n} {ev}" for ev, n in sorted(t.skipped.items())))
-    ms = sum(c["ms"] for c in compiles if isinstance(c["ms"], (int, float)))
-    return {"rank": t.rank, "label": t.label, "file": os.path.basename(t.path), "host": t.header.host,
-            "pid": t.header.pid, "world_size": t.header.world_size, "steps": last,
-            "ended": end is not None, "exception": dataclasses.asdict(ex) if ex is not None else None,
-            "damage": t.damage, "stopped": stopped, "compiles": len(compiles), "compile_ms": round(ms, 3),
-            "torch_xla_compile_count": end.compile_time_count if end is not None else None,
-            "compile_analysis": t.runtime.compile_analysis, "capture": t.runtime.capture,
-            "notes": notes, "problems": [f"{p.where}: {p.message}" for p in t.problems][:20], "steady": steady,
-            "last_compile_step": k, "unrecorded_compiles": sum(1 for e in t.unrecorded if e.kind == "compile")}
+    ms = sum(c.ms for c in compiles if c.ms is not None)
+    return RankRow(rank=t.rank, label=t.label, file=os.path.basename(t.path), host=t.header.host, pid=t.header.pid,
+                   world_size=t.header.world_size, steps=last, ended=end is not None, exception=ex, damage=t.damage,
+                   stopped=stopped, compiles=len(compiles), compile_ms=round(ms, 3),
+                   torch_xla_compile_count=end.compile_time_count if end is not None else None,
+                   compile_analysis=t.runtime.compile_analysis, capture=t.runtime.capture, notes=notes,
+                   problems=[f"{p.where}: {p.message}" for p in t.problems][:20], steady=steady, last_compile_step=k,
+                   unrecorded_compiles=sum(1 for e in t.unrecorded if e.kind == "compile"))

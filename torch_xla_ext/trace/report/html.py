@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch_xla_ext import _html
+from torch_xla_ext.trace.report.model import Report
 from torch_xla_ext.trace.report.render import change_text, has_ranks_section, ranks_phrase
 
 __all__ = ["render"]
@@ -91,7 +92,7 @@ def _figure(v: Any) -> str:
     return str(v)
 
 
-def render(report: dict[str, Any]) -> str:
+def render(report: Report) -> str:
     env = _html.environment({"page": _PAGE})
     return env.get_template("page").render(r=report, csp=_html.CSP, css=_html.CSS, change=change_text, figure=_figure,
                                            ranks_section=has_ranks_section(report), ranks_phrase=ranks_phrase)

@@ -21,6 +21,7 @@ from torch_xla_ext.trace import frames as _frames
 from torch_xla_ext.trace import graphs as _graphs
 from torch_xla_ext.trace import snapshot as _snapshot
 from torch_xla_ext.trace.report.load import RankTrace
+from torch_xla_ext.trace.report.model import Divergence
 from torch_xla_ext.trace.schema import Compile
 
 __all__ = ["divergence", "first_divergent_step", "sequences"]
@@ -67,7 +68,7 @@ def _order(r: Any) -> tuple[int, Any]:
     return (0, r) if isinstance(r, int) else (1, str(r))
 
 
-def divergence(traces: list[RankTrace], compiles: list[dict[str, Any]]) -> dict[str, Any]:
+def divergence(traces: list[RankTrace]) -> Divergence:
     """Missing and early-stopped ranks, and the first divergent step with what differs."""
     world = max((t.header.world_size or 0 for t in traces), default=0)
     present = sorted({t.rank for t in traces if t.rank is not None})
@@ -81,19 +82,17 @@ def divergence(traces: list[RankTrace], compiles: list[dict[str, Any]]) -> dict[
             early.append({"rank": r, "last_step": n, "ended": ended[r]})
     seq = sequences(traces)
     step, odd = first_divergent_step(seq)
-    out: dict[str, Any] = {"ranks": [t.rank for t in traces], "world_size": world or None, "missing_ranks": missing,
-                           "stopped_early": early, "first_step": step, "ranks_that_differ": odd, "details": [],
-                           "no_majority": False}
+    out = Divergence(ranks=[t.rank for t in traces], world_size=world or None, missing_ranks=missing,
+                     stopped_early=early, first_step=step, ranks_that_differ=odd, details=[])
     if step is not None:
         groups = collections.Counter(tuple(per.get(step, ())) for per in seq.values() if step in per)
         sizes = sorted(groups.values(), reverse=True)
-        out["no_majority"] = len(sizes) > 1 and sizes[0] == sizes[1]
-    if step is not None:
-        out["details"] = _details(traces, compiles, step, odd)
+        out.no_majority = len(sizes) > 1 and sizes[0] == sizes[1]
+        out.details = _details(traces, step, odd)
     return out
 
 
-def _details(traces: list[RankTrace], compiles: list[dict[str, Any]], step: int, odd: list[Any]) -> list[dict[str, Any]]:
+def _details(traces: list[RankTrace], step: int, odd: list[Any]) -> list[dict[str, Any]]:
     by_rank = {t.key: t for t in traces}
     others = [r for r in by_rank if r not in odd]
     ref = by_rank[others[0]] if others else None
