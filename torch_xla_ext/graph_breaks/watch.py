@@ -1,9 +1,13 @@
 """The watches that feed a ledger: Dynamo, AOTAutograd and bridge events joined per compile id
 (:class:`BridgeWatch`), and lazy-tensor syncs (:class:`SyncWatch`).
 
-A compiled call crosses four layers; while a :class:`BridgeWatch` is open, ``_compat.dynamo``'s
-wrappers report each call, and this module turns them into sink events keyed so the layers join
-up per Dynamo compile id (``"1/0"``: frame 1, first compile):
+This module is the one recorder of Dynamo's, AOTAutograd's and the bridge's events, for every
+sink (a :class:`BridgeSink`: the graph-break ledger, the script trace's Dynamo half). A compiled
+call crosses four layers; while a :class:`BridgeWatch` is open, ``_compat.dynamo``'s and
+``_compat.openxla``'s wrappers report each call, and this module joins them per Dynamo compile id
+(``"1/0"``: frame 1, first compile), does the bookkeeping (a frame compile's duration, a bridge
+extraction's partitions, nodes and XLA compiles) and hands every sink the finished events of
+:mod:`torch_xla_ext._dynamo_events`:
   * Dynamo: each frame compile (compile id, code object, outcome), each graph break with Dynamo's
     structured record (gb_type, explanation, hints, developer context, GB id; the user frame),
     each recompile and its first failed guard, each graph handed to the backend (what
