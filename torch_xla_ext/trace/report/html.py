@@ -8,7 +8,7 @@ from typing import Any
 
 from torch_xla_ext import _html
 from torch_xla_ext.trace.report.model import Report
-from torch_xla_ext.trace.report.render import change_text, has_ranks_section, ranks_phrase
+from torch_xla_ext.trace.report.render import NO_SITE, change_text, has_ranks_section, ranks_phrase
 
 __all__ = ["render"]
 
@@ -16,6 +16,7 @@ _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{{ csp }}">
 <title>torch_xla trace</title><style>{{ css|safe }}</style></head><body>
+{% macro where(site, code) %}{% if site %}{{ site }}{% else %}<span class="muted">{{ no_site }}</span>{% endif %}{% if code %}<br><code>{{ code }}</code>{% endif %}{% endmacro %}
 <h1>torch_xla trace</h1>
 <div class="sub">{% if r.command %}<code>{{ r.command|join(' ') }}</code>{% endif %}
 {% if r.exit %} &middot; exit {{ r.exit.code if r.exit.code is not none else r.exit.signal }}{% endif %}</div>
@@ -33,21 +34,21 @@ _PAGE = """<!doctype html>
 <table id="compiles"><tr><th>rank</th><th>step</th><th>graph hash</th><th>trigger</th><th>site</th><th>ms</th><th>what changed</th><th>advice</th></tr>
 {% for c in r.compiles %}<tr><td class="n">{{ c.rank }}</td><td class="n">{{ c.step }}</td><td><code>{{ c.graph_hash[:16] }}</code></td>
 <td>{{ c.trigger.kind }}{% if c.trigger.op %} ({{ c.trigger.op }}){% endif %}{% if c.compile_id %} [{{ c.compile_id }}]{% endif %}</td>
-<td>{{ c.trigger.site }}{% if c.trigger.code %}<br><code>{{ c.trigger.code }}</code>{% endif %}</td>
+<td>{{ where(c.trigger.site, c.trigger.code) }}</td>
 <td class="n">{{ c.ms if c.ms is not none else '' }}</td>
 <td>{% for x in c.changed %}{{ change(x) }}<br>{% else %}{% if c.previous_step is none %}<span class="muted">first at this site</span>{% endif %}{% endfor %}</td>
 <td>{{ c.advice }}</td></tr>
 {% endfor %}</table>
 <h2>Sites that compile</h2>
 <table><tr><th>rank</th><th>site</th><th>trigger</th><th>compiles</th><th>graphs</th><th>steps run</th><th>every step</th></tr>
-{% for s in r.sites %}<tr><td class="n">{{ s.rank }}</td><td>{{ s.site }}<br><code>{{ s.code }}</code></td><td>{{ s.kind }}{% if s.op %} ({{ s.op }}){% endif %}</td>
+{% for s in r.sites %}<tr><td class="n">{{ s.rank }}</td><td>{{ where(s.site, s.code) }}</td><td>{{ s.kind }}{% if s.op %} ({{ s.op }}){% endif %}</td>
 <td class="n">{{ s.compiles }}</td><td class="n">{{ s.graphs }}</td><td class="n">{{ s.steps_run }}</td>
 <td>{% if s.every_step %}<span class="bad">compiles every step</span>{% endif %}</td></tr>
 {% endfor %}</table>
 <h2>Where it syncs</h2>
 <table><tr><th>rank</th><th>kind</th><th>site</th><th>executions</th><th>in steps</th><th>step markers</th></tr>
 {% for s in r.sync_points %}<tr><td class="n">{{ s.rank }}</td><td>{{ s.kind }}{% if s.op %} ({{ s.op }}){% endif %}</td>
-<td>{{ s.site }}<br><code>{{ s.code }}</code></td><td class="n">{{ s.executions }}</td><td class="n">{{ s.steps }}</td>
+<td>{{ where(s.site, s.code) }}</td><td class="n">{{ s.executions }}</td><td class="n">{{ s.steps }}</td>
 <td class="n">{{ s.markers }}</td></tr>
 {% endfor %}</table>
 {% for d in r.dynamo %}<h2>Dynamo, rank {{ d.rank }}</h2>
@@ -95,4 +96,5 @@ def _figure(v: Any) -> str:
 def render(report: Report) -> str:
     env = _html.environment({"page": _PAGE})
     return env.get_template("page").render(r=report, csp=_html.CSP, css=_html.CSS, change=change_text, figure=_figure,
-                                           ranks_section=has_ranks_section(report), ranks_phrase=ranks_phrase)
+                                           ranks_section=has_ranks_section(report), ranks_phrase=ranks_phrase,
+                                           no_site=NO_SITE)

@@ -14,15 +14,17 @@ from typing import Any
 
 from torch_xla_ext.trace.report.model import CompileRow, Report
 
-__all__ = ["MAX_SUMMARY_LINES", "change_text", "has_ranks_section", "ranks_phrase", "summary_lines", "to_markdown"]
+__all__ = ["MAX_SUMMARY_LINES", "NO_SITE", "change_text", "has_ranks_section", "ranks_phrase", "summary_lines", "to_markdown"]
 
 MAX_SUMMARY_LINES = 20
+# What a site without a frame of the user's code reads as (never an empty location).
+NO_SITE = "(no line of the user's code)"
 
 
 def _short(path: str) -> str:
     """A site without its directory, for the summary."""
     if not path:
-        return "(unknown site)"
+        return NO_SITE
     file, _, line = path.rpartition(":")
     return f"{os.path.basename(file)}:{line}" if file else path
 
@@ -199,13 +201,13 @@ def to_markdown(report: Report) -> str:
                    c.advice] for c in report.compiles])
     md += ["## Sites that compile", ""]
     md += _table(["rank", "site", "trigger", "code", "compiles", "graphs", "steps run", "steps", "every step"],
-                 [[s.rank, s.site, s.kind + (f" ({s.op})" if s.op else ""), f"`{s.code}`" if s.code else "",
+                 [[s.rank, s.site or NO_SITE, s.kind + (f" ({s.op})" if s.op else ""), f"`{s.code}`" if s.code else "",
                    s.compiles, s.graphs, s.steps_run, f"{s.first_step}-{s.last_step}",
                    "compiles every step" if s.every_step else ""] for s in report.sites])
     md += ["## Where it syncs", "", "Step markers and host reads that made torch_xla run graphs "
            "(from torch_xla's execution analysis).", ""]
     md += _table(["rank", "kind", "site", "code", "executions", "in steps", "step markers"],
-                 [[s.rank, s.kind + (f" ({s.op})" if s.op else ""), s.site, f"`{s.code}`" if s.code else "",
+                 [[s.rank, s.kind + (f" ({s.op})" if s.op else ""), s.site or NO_SITE, f"`{s.code}`" if s.code else "",
                    s.executions, s.steps, s.markers] for s in report.sync_points])
     for dyn in report.dynamo:
         md += [f"## Dynamo (rank {dyn.rank})", ""]
