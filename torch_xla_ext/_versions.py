@@ -95,18 +95,21 @@ FEATURES: dict[str, Feature] = {
     "parity.replay": Feature("torch_xla_ext.parity's replays of a program (replay, compare_capture)",
                              ("torch.pytree", "jax.mlir", "jaxlib.mhlo")),
     "parity.xla": Feature("torch_xla_ext.parity's XLA run and replays",
-                          ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug", "torch_xla.scan",
+                          ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug", "torch_xla.op_metadata",
+                           "torch_xla.scan",
                            "torch.pytree", "jax.mlir", "jaxlib.mhlo")),
     # Dynamo's half of the ledger needs torch alone; the openxla bridge's partitions and XLA's
     # compiles and executions need torch_xla.
     "graph_breaks": Feature("torch_xla_ext.graph_breaks (Dynamo's half)", ("torch.dynamo", "torch.trace", "torch.pytree")),
     "graph_breaks.openxla": Feature("torch_xla_ext.graph_breaks (the openxla bridge and XLA's metrics)",
-                                    ("torch_xla.runtime", "torch_xla.dynamo_bridge", "torch_xla.metrics")),
+                                    ("torch_xla.runtime", "torch_xla.dynamo_bridge", "torch_xla.lazy",
+                                     "torch_xla.metrics")),
     # The script trace likewise: Dynamo's half needs torch alone; the lazy-tensor half (the step
     # marker, torch_xla's compiles and the bridge's partitions) needs torch_xla.
     "trace": Feature("torch_xla_ext.trace (Dynamo's half)", ("torch.dynamo", "torch.trace")),
     "trace.lazy": Feature("torch_xla_ext.trace (lazy tensors and the openxla bridge)",
-                          ("torch_xla.runtime", "torch_xla.lazy", "torch_xla.metrics", "torch_xla.dynamo_bridge")),
+                          ("torch_xla.runtime", "torch_xla.lazy", "torch_xla.ir_debug", "torch_xla.metrics",
+                           "torch_xla.dynamo_bridge")),
     "doctor": Feature("torch_xla_ext.doctor", ("torch_xla.runtime", "torch.pytree")),
 }
 
