@@ -44,6 +44,7 @@ class NodeFailure(Exception):
         super().__init__(why)
         self.node = node
         self.cause = cause
+        self.why = why  # (torch.fx's interpreter appends the node and its traceback to args)
 
 
 @dataclasses.dataclass
@@ -65,6 +66,9 @@ class Lowered:
     returns the user outputs. ``user_avals``: (shape, dtype name) of every user input in
     position order; ``outputs``: (shape, dtype name) of every result. ``mutations``: (kind,
     name) of each in-place write the program does not return ("buffer" or "user_input").
+    ``diverged``: (node, what) of each node whose JAX value has another dtype or shape than
+    torch.export's value of it, in program order (torchax 0.0.13's ``aten.mul`` casts a float64
+    product to torch's default dtype, float32).
     """
 
     text: str
@@ -73,6 +77,7 @@ class Lowered:
     kept: list[int]
     outputs: list[tuple[list[int], str]]
     mutations: list[tuple[str, str]]
+    diverged: list[tuple[Any, str]] = dataclasses.field(default_factory=list)
 
 
 _KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
@@ -151,8 +156,10 @@ def _bind_axis(fn: Callable, num_replicas: int) -> Callable:
     return experimental(fn, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(), check_rep=False)
 
 
-def _interpreter(graph_module: Any) -> Any:
-    """torchax's fx interpreter over ``graph_module`` that says which node failed."""
+def _interpreter(graph_module: Any, diverged: list) -> Any:
+    """torchax's fx interpreter over ``graph_module`` that says which node failed, and appends to
+    ``diverged`` (node, what) for each node whose JAX result has another dtype or shape than
+    torch.export's own value of it (``node.meta["val"]``)."""
     from torchax import export as torchax_export
 
     class Interpreter(torchax_export.JaxInterpreter):
@@ -160,13 +167,34 @@ def _interpreter(graph_module: Any) -> Any:
             if n.op == "call_function" and is_aten_op(n.target) and not has_lowering(n.target):
                 raise NodeFailure(n, None, f"torchax has no JAX lowering of {n.target}")
             try:
-                return super().run_node(n)
+                result = super().run_node(n)
             except NodeFailure:
                 raise
             except Exception as e:  # noqa: BLE001 - torchax's or JAX's error, named with the node that raised it
                 raise NodeFailure(n, e, f"torchax's lowering of {n.target} failed") from e
+            if n.op == "call_function":
+                what = _divergence(n.meta.get("val"), result)
+                if what:
+                    diverged.append((n, what))
+            return result
 
     return Interpreter(graph_module)
+
+
+def _divergence(val: Any, result: Any) -> str | None:
+    """"float32 where torch has float64" when a JAX result differs from torch.export's value of
+    the node in dtype or shape; None when they agree (or either is not one tensor)."""
+    import torch
+
+    if not isinstance(val, torch.Tensor) or not hasattr(result, "dtype") or not hasattr(result, "shape"):
+        return None
+    row = _dtypes.from_torch(val.dtype)
+    want = _dtypes.numpy_dtype(row.name) if row is not None else None
+    if want is not None and np.dtype(result.dtype) != want:
+        return f"{_dtypes.name_of(np.dtype(result.dtype))} where torch has {row.name}"
+    if all(isinstance(d, int) for d in val.shape) and tuple(result.shape) != tuple(val.shape):
+        return f"shape {list(result.shape)} where torch has {list(val.shape)}"
+    return None
 
 
 def lower(program: Any, *, num_replicas: int = 1, collectives: bool = False) -> Lowered:
@@ -200,10 +228,12 @@ def lower(program: Any, *, num_replicas: int = 1, collectives: bool = False) -> 
                  if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)]
     graph_module = program.graph_module
 
+    diverged: list = []
+
     def func(state_values: list, user_values: list) -> list:
         s, u = iter(state_values), iter(user_values)
         flat = [next(u) if user else next(s) for user in is_user]
-        results = _interpreter(graph_module).run(*flat, enable_io_processing=False)
+        results = _interpreter(graph_module, diverged).run(*flat, enable_io_processing=False)
         return [results[k] for k in returned]
 
     fn = _bind_axis(func, num_replicas) if collectives else func
@@ -216,5 +246,5 @@ def lower(program: Any, *, num_replicas: int = 1, collectives: bool = False) -> 
         user_avals=[(list(a.shape), _dtypes.name_of(np.dtype(a.dtype))) for a in user_avals],
         kept=sorted(exported.module_kept_var_idx),
         outputs=[(list(a.shape), _dtypes.name_of(np.dtype(a.dtype))) for a in exported.out_avals],
-        mutations=mutations)
+        mutations=mutations, diverged=diverged)
 

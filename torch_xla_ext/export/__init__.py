@@ -42,7 +42,7 @@ from torch_xla_ext.export.bundle import Bundle, inline_constants, load, load_jax
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
                                         ExportLoweringError, JaxExportExpiredError, ModuleTextError, RunInputError,
                                         UnknownDialectError, WeightsTooLargeError)
-from torch_xla_ext.export.exporter import ExportOptions, export
+from torch_xla_ext.export.exporter import TRACER_CHOICES, ExportOptions, export
 from torch_xla_ext.export.manifest import FORMAT_VERSION, INPUT_KINDS, MANIFEST_FILE, Collective, Input, Manifest
 from torch_xla_ext.export.files import ARTIFACT_FILE, JAX_EXPORT_DIR, MODULE_FILE
 from torch_xla_ext.export.runner import run
@@ -51,7 +51,8 @@ from torch_xla_ext.export.transforms import JaxExport
 __all__ = [
     "ARTIFACT_FILE", "Bundle", "BundleError", "BundleFileNotFoundError", "BundleTypeError", "BundleVersionError",
     "Collective", "ExportLoweringError", "ExportOptions", "FORMAT_VERSION", "INPUT_KINDS", "Input", "JAX_EXPORT_DIR",
-    "JaxExport", "JaxExportExpiredError", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "ModuleTextError", "RunInputError", "UnknownDialectError",
+    "JaxExport", "JaxExportExpiredError", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "ModuleTextError", "RunInputError",
+    "TRACER_CHOICES", "UnknownDialectError",
     "WeightsTooLargeError", "export",
     "inline_constants", "load", "load_jax", "run", "strip_tokens", "to_jax",
 ]

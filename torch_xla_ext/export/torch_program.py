@@ -24,8 +24,9 @@ from typing import Any, Sequence
 from torch_xla_ext.errors import ArgumentTypeError, UnimplementedError
 from torch_xla_ext.export.errors import ExportLoweringError
 from torch_xla_ext.export.leaves import leaf_paths
+from torch_xla_ext.export.manifest import torch_dtype_name
 
-__all__ = ["KEYWORDS_PREFIX", "arguments", "check_output_shapes", "given_program", "output_names", "state_kinds",
+__all__ = ["KEYWORDS_PREFIX", "arguments", "check_outputs", "given_program", "output_names", "state_kinds",
            "strip_prefix", "trace"]
 
 # The state of a model traced with keyword inputs is named under the wrapper's "inner" submodule.
@@ -95,12 +96,12 @@ def output_names(ep: Any) -> list[str] | None:
     return ["output" + p for p in leaf_paths(ep.call_spec.out_spec)] if ep.call_spec.out_spec else None
 
 
-def check_output_shapes(ep: Any, output_signature: list[tuple[list[int], str]], out_names: list[str] | None,
+def check_outputs(ep: Any, output_signature: list[tuple[list[int], str]], out_names: list[str] | None,
                         lowering: str) -> None:
     """Every output of the lowered program (``output_signature``: (shape, dtype) per result) has
-    the shape torch.export's program gives it; a lowering that changes one computes something
-    else, and is refused (ExportLoweringError naming the output) rather than saved. ``lowering``
-    names whose lowering it is ("torch_xla's")."""
+    the shape and dtype torch.export's program gives it; a lowering that changes one computes
+    something else, and is refused (ExportLoweringError naming the output) rather than saved.
+    ``lowering`` names whose lowering it is ("torch_xla's")."""
     import torch
     from torch.export.graph_signature import OutputKind
 
@@ -110,15 +111,21 @@ def check_output_shapes(ep: Any, output_signature: list[tuple[list[int], str]], 
     expected = [v.meta.get("val") for v in values if isinstance(v, torch.fx.Node)]
     if len(expected) != len(output_signature):
         return  # non-tensor leaves in the return value: no reliable pairing
-    for k, (val, (shape, _)) in enumerate(zip(expected, output_signature)):
+    for k, (val, (shape, dtype)) in enumerate(zip(expected, output_signature)):
         if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
             continue
+        name = out_names[k] if out_names else f"output {k}"
         if list(val.shape) != list(shape):
-            name = out_names[k] if out_names else f"output {k}"
             raise ExportLoweringError(
                 f"{name}: {lowering} lowering gives shape {list(shape)} where torch.export's program has "
                 f"{list(val.shape)}; the exported program would compute something else, so it is not saved "
                 f"(an op of this output that {lowering} lowering gets wrong)")
+        want = torch_dtype_name(str(val.dtype))
+        if torch_dtype_name(dtype) != want:
+            raise ExportLoweringError(
+                f"{name}: {lowering} lowering gives dtype {torch_dtype_name(dtype)} where torch.export's program has "
+                f"{want}; the exported program would compute something else, so it is not saved (an op of this "
+                f"output that {lowering} lowering computes in another dtype)")
 
 
 def argument_names(model: Any, num_args: int, kwarg_names: list[str]) -> list[str]:

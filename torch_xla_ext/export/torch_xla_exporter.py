@@ -85,7 +85,7 @@ def export(model: Any, args: tuple | None, kwargs: dict | None, names: list[str]
     out_names = torch_program.output_names(ep)
     if out_names is not None and len(out_names) != len(tx.output_signature):
         out_names = None  # non-tensor leaves in the return value: no reliable pairing
-    torch_program.check_output_shapes(ep, tx.output_signature, out_names, "torch_xla's")
+    torch_program.check_outputs(ep, tx.output_signature, out_names, "torch_xla's")
     bundle = from_torch_xla(tx, kinds_by_target, leaves, calls, output_names=out_names)
     bundle.manifest.transforms.extend(transforms)
     # torch_xla's exporter returns the user outputs only (like torchax's): in-place writes are dropped.

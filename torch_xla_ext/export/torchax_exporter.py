@@ -81,7 +81,7 @@ def export(model: Any, args: tuple | None, kwargs: dict | None, names: list[str]
     except _tx.NodeFailure as failure:
         site = sites.node_site(failure.node)
         cause = f": {first_line(failure.cause, with_type=True)}" if failure.cause is not None else ""
-        raise ExportLoweringError(f"{failure} [{sites.where(site) or 'model'}]{cause}",
+        raise ExportLoweringError(f"{failure.why} [{sites.where(site) or 'model'}]{cause}",
                                   **sites.site_fields(site)) from failure.cause
     text, num_all_reduces = _replica_program(lowered.text, debug_info=options.export_node_metadata)
 
@@ -93,7 +93,15 @@ def export(model: Any, args: tuple | None, kwargs: dict | None, names: list[str]
     out_names = torch_program.output_names(ep)
     if out_names is not None and len(out_names) != len(tx.output_signature):
         out_names = None  # non-tensor leaves in the return value: no reliable pairing
-    torch_program.check_output_shapes(ep, tx.output_signature, out_names, "torchax's")
+    try:
+        torch_program.check_outputs(ep, tx.output_signature, out_names, "torchax's")
+    except ExportLoweringError as e:
+        if not lowered.diverged:
+            raise
+        node, what = lowered.diverged[0]  # the first op whose value torchax computes otherwise
+        site = sites.node_site(node)
+        raise ExportLoweringError(f"{e}; the first op whose result differs from torch's is {site['op']} "
+                                  f"[{sites.where(site) or 'model'}]: {what}", **sites.site_fields(site)) from None
     start = _core.next_all_reduce_sequence()
     for reduce in reduces:
         _record(reduce, options.num_replicas)
