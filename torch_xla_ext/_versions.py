@@ -56,8 +56,8 @@ from torch_xla_ext.errors import TorchXlaExtError, first_line
 # wheel's "xla" extra (tests/packaging/versions_test.py ties the three).
 STACK = ("torch", "torch_xla", "jax", "jaxlib")
 # Distributions beyond the stack that a frontend's features need (pinned in requirements.txt too,
-# installed by the wheel's "torchax" extra): torchax, and flax, which `import torchax` imports.
-EXTRA = ("torchax", "flax")
+# installed by the wheel's "torchax" extra).
+EXTRA = ("torchax",)
 DISTRIBUTIONS = STACK + EXTRA
 PINS_FILE = "_pins.txt"
 REQUIREMENTS = pathlib.Path("python", "requirements.txt")
@@ -126,8 +126,7 @@ _INSTALL = {
               "torch_xla); with torch_xla, the torch its build links: `pip install 'torch-xla-ext[xla]'`"),
     "jax": "`pip install 'torch-xla-ext[jax]'` (jax[cpu] 0.7.1 or newer; jax 0.7.1 and later need CPython 3.11+)",
     "jaxlib": "`pip install 'torch-xla-ext[jax]'` (jax[cpu] brings the jaxlib of its release)",
-    "torchax": "`pip install 'torch-xla-ext[torchax]'` (torchax, with the flax and optax it imports)",
-    "flax": "`pip install 'torch-xla-ext[torchax]'` (`import torchax` imports flax)",
+    "torchax": "`pip install 'torch-xla-ext[torchax]'` (torchax, and optax, which torchax.train imports)",
 }
 
 _lock = threading.Lock()
@@ -214,8 +213,8 @@ def installed() -> dict[str, str | None]:
 
 
 def summary() -> str:
-    """'CPython 3.11.7, torch 2.9.0+cu128, torch_xla 2.9.0, jax 0.7.1, jaxlib 0.7.1, torchax 0.0.13,
-    flax 0.12.0' (- when missing)."""
+    """'CPython 3.11.7, torch 2.9.0+cu128, torch_xla 2.9.0, jax 0.7.1, jaxlib 0.7.1, torchax 0.0.13'
+    (- when missing)."""
     return ", ".join([f"{platform.python_implementation()} {platform.python_version()}"]
                      + [f"{k} {v or '-'}" for k, v in installed().items()])
 
@@ -238,8 +237,6 @@ def distributions(feature: str) -> tuple[str, ...]:
         found.add("jaxlib")  # jax runs on the jaxlib of its release
     if "torch_xla" in found:
         found.add("torch")  # torch_xla runs on the torch its build links
-    if "torchax" in found:
-        found.add("flax")  # `import torchax` imports flax's checkpoint module
     return tuple(d for d in DISTRIBUTIONS if d in found)
 
 

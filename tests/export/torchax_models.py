@@ -77,12 +77,12 @@ class Positions(torch.nn.Module):
         return (h * mask[..., None]).double() + self.scale, shifted
 
 
-class Float64Product(torch.nn.Module):
-    """A float64 product: torch computes it in float64; torchax 0.0.13's aten.mul casts a float64
-    product to torch's default dtype (float32)."""
+class CountsSoFar(torch.nn.Module):
+    """A running count of int32 flags: torch's cumsum of an int32 tensor is int64; torchax 0.0.13's
+    lowering keeps int32."""
 
-    def forward(self, x):
-        return x.double() * x.double()
+    def forward(self, flags):
+        return torch.cumsum(flags, 0)
 
 
 def _seeded(cls):
@@ -113,5 +113,5 @@ def positions():
     return _seeded(Positions), (ids, torch.ones(2, 6))
 
 
-def float64_product():
-    return Float64Product(), (torch.randn(3),)
+def counts_so_far():
+    return CountsSoFar(), (torch.tensor([1, 0, 1, 1], dtype=torch.int32),)

@@ -16,7 +16,7 @@ What differs from ``exported_program_to_stablehlo`` (and why):
   mesh of ``num_replicas``), where ``jax.export`` of torchax's own function fails on the unbound axis;
 - a node torchax cannot lower is named (``NodeFailure``), not an ``AssertionError`` of its target.
 
-Importing this module imports nothing of torch, JAX or torchax (``import torchax`` needs flax).
+Importing this module imports nothing of torch, JAX or torchax.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ class Lowered:
     position order; ``outputs``: (shape, dtype name) of every result. ``mutations``: (kind,
     name) of each in-place write the program does not return ("buffer" or "user_input").
     ``diverged``: (node, what) of each node whose JAX value has another dtype or shape than
-    torch.export's value of it, in program order (torchax 0.0.13's ``aten.mul`` casts a float64
-    product to torch's default dtype, float32).
+    torch.export's value of it, in program order (torchax 0.0.13's ``cumsum`` of int32 stays
+    int32, where torch's is int64).
     """
 
     text: str

@@ -90,7 +90,7 @@ def export(model: Any, args: tuple | None, kwargs: dict | None, names: list[str]
     bundle.manifest.transforms.extend(transforms)
     # torch_xla's exporter returns the user outputs only (like torchax's): in-place writes are dropped.
     bundle.manifest.dropped_mutations = [{"kind": "buffer", "name": torch_program.strip_prefix(t, prefix)}
-                                         for t in ep.graph_signature.buffers_to_mutate.values()]
+                                         for t in tx.mutated_buffers or []]
     bundle.torch_xla_export = tx
     return bundle
 
