@@ -1,10 +1,11 @@
 """The zoo under ``frontend="torchax"``: every model exported through torchax's lowering, saved,
 loaded and run, against oracles that are not our code:
 
-- torchax's own run of the model (``torchax.compile``: jax.jit of its functional call, the same
-  op lowerings compiled by the same jaxlib) within the summation-order bound of bounds.py;
+- torchax's own run of the model (eager, op by op: the same op lowerings, compiled one by one by
+  the same jaxlib) within the summation-order bound of bounds.py;
 - torchax's own ``exported_program_to_stablehlo``, serialized by jax.export and read back, within
-  the same bound where it runs; where it does not (BERT, CLIP), torch's decomposed program puts a
+  the same bound where it runs; where it does not, why: GPT-2 hits torch 2.9's view decomposition
+  (which ours rewrites, docs/export.md), and in BERT and CLIP torch's decomposed program puts a
   lifted constant before the buffers, which torchax 0.0.13 binds in parameters-buffers-constants
   order (the reason our lowering binds by the program's own order);
 - torch.export's graph signature for every argument's role by name, the eager model's pytree for
@@ -29,31 +30,24 @@ import torch.utils._pytree as pytree
 from tests import zoo
 from tests.export import bounds, zoo_checks
 from torch_xla_ext import export
+from torch_xla_ext._compat import stablehlo as compat
+from torch_xla_ext.export import view_rewrite
 
 MODELS = [n for n in zoo.NAMES if zoo.MODELS[n].data_dependent is None]
 
 
-class _Flat(torch.nn.Module):
-    """The model's return value as its tensor leaves (a ModelOutput is no JAX pytree)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args, **kwargs):
-        return tuple(pytree.tree_leaves(self.model(*args, **kwargs)))
-
-
-def _torchax_compiled(model, args, kwargs):
+def _torchax_eager(model, args, kwargs):
+    """torchax's own run of the model outside a compiled function: op by op, each aten op its JAX
+    lowering (``torchax.compile`` does not run the HF models here: their masking calls ``.item()``
+    on the mask, which JAX cannot concretize under jit, and Llama makes a tensor without
+    ``device=``)."""
     import torchax
 
-    flat = _Flat(copy.deepcopy(model))  # moved to JAX outside the environment (its deepcopy has no lowering)
-    env = torchax.default_env()
-    with env:
-        flat = flat.to("jax")
-        compiled = torchax.compile(flat)
-        out = compiled(*[a.to("jax") for a in args], **{k: v.to("jax") for k, v in kwargs.items()})
-    return [np.asarray(t.jax()) for t in out]
+    moved = copy.deepcopy(model)  # outside the environment: torchax has no lowering of deepcopy's storage set_
+    with torchax.default_env():
+        moved = moved.to("jax")
+        out = moved(*[a.to("jax") for a in args], **{k: v.to("jax") for k, v in kwargs.items()})
+    return [np.asarray(t.jax()) for t in pytree.tree_leaves(out)]
 
 
 def _binds_in_torchax_order(ep) -> bool:
@@ -88,8 +82,8 @@ def test_zoo_under_torchax(case):
     zoo_checks.check_outputs_named_like_pytree(case)
     zoo_checks.check_int64_kept(case)
 
-    theirs = _torchax_compiled(case.model, case.args, case.kwargs)
-    bounds.assert_same_program(case.ours, theirs, "run vs torchax.compile", label=case.name)
+    theirs = _torchax_eager(case.model, case.args, case.kwargs)
+    bounds.assert_same_program(case.ours, theirs, "run vs torchax eager", label=case.name)
 
     import torchax.export as torchax_export
 
@@ -100,8 +94,11 @@ def test_zoo_under_torchax(case):
             again = jax.export.deserialize(bytearray(exp.serialize()))
             flat = pytree.tree_leaves((case.args, case.kwargs))
             got = [np.asarray(t) for t in again.call(weights, ([t.numpy() for t in flat],))]
-    except (ValueError, TypeError) as e:  # torchax's own export cannot trace it
-        assert not _binds_in_torchax_order(ep), f"{case.name}: torchax's own export failed: {e}"
+    except (ValueError, TypeError) as e:  # torchax's own export cannot trace it: say why
+        if compat.is_unviewable_view_error(e):  # torch 2.9's decompositions (GPT-2): ours rewrote the views
+            assert any(t.startswith(view_rewrite.VIEW_REWRITE) for t in m.transforms), m.transforms
+        else:
+            assert not _binds_in_torchax_order(ep), f"{case.name}: torchax's own export failed: {e}"
     else:
         bounds.assert_same_program(case.ours, got, "run vs torchax's jax.export", label=case.name)
 
