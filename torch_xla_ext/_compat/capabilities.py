@@ -43,12 +43,13 @@ class Group:
 
     @property
     def distributions(self) -> tuple[str, ...]:
-        """The distributions the names come from, in STACK order ('torch', 'torch_xla', 'jax', 'jaxlib')."""
+        """The distributions the names come from, in the gate's order ('torch', 'torch_xla', 'jax',
+        'jaxlib', 'torchax')."""
         found = {distribution_of(a) for a in self.apis}
-        return tuple(d for d in ("torch", "torch_xla", "jax", "jaxlib") if d in found)
+        return tuple(d for d in _TOP.values() if d in found)
 
 
-_TOP = {"torch": "torch", "torch_xla": "torch_xla", "jax": "jax", "jaxlib": "jaxlib"}
+_TOP = {"torch": "torch", "torch_xla": "torch_xla", "jax": "jax", "jaxlib": "jaxlib", "torchax": "torchax"}
 
 
 def distribution_of(name: str) -> str:
@@ -112,6 +113,14 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
         "torch_xla._XLAC._xla_counter_names", "torch_xla._XLAC._xla_counter_value",
         "torch_xla._XLAC._clear_xla_counters", "torch_xla._XLAC._xla_wait_device_ops",
     )),
+    # ---- torchax -----------------------------------------------------------------------------
+    Group("torchax", "torchax's lowering of a torch.export program to JAX, and its c10d collectives' axis",
+          ("_compat/torchax.py",), (
+              "torchax.default_env", "torchax.export.JaxInterpreter", "torchax.export.extract_avals",
+              "torchax.decompositions.DECOMPOSITIONS", "torchax.ops.ops_registry.all_aten_ops",
+              "torch._ops.OpOverload", "torch._ops.OpOverloadPacket",
+              "jax.export.export", "jax.sharding.AbstractMesh",
+          )),
     # ---- torch -------------------------------------------------------------------------------
     Group("torch.pytree", "torch's pytree (the order and key paths of inputs and outputs) and Python dispatch",
           ("_compat/pytree.py", "_compat/dispatch.py"), (
