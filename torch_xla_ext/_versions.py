@@ -114,6 +114,12 @@ FEATURES: dict[str, Feature] = {
     "trace.lazy": Feature("torch_xla_ext.trace (lazy tensors and the openxla bridge)",
                           ("torch_xla.runtime", "torch_xla.lazy", "torch_xla.ir_debug", "torch_xla.metrics",
                            "torch_xla.dynamo_bridge")),
+    # Its JAX half: every JAX compile (jax.monitoring's events; plain JAX needs nothing else), and
+    # torchax's compiled functions, op-by-op computations and concretizations through torchax's
+    # jit and dispatch seams.
+    "trace.jax": Feature("torch_xla_ext.trace (JAX's compiles)", ("jax.monitoring",)),
+    "trace.torchax": Feature("torch_xla_ext.trace (torchax's compiled functions and op-by-op computations)",
+                             ("jax.monitoring", "torchax.interop")),
     "doctor": Feature("torch_xla_ext.doctor", ("torch_xla.runtime", "torch.pytree")),
     # The torchax frontend's export: torch.export, torchax's lowering and JAX; no torch_xla.
     "export.torchax": Feature("torch_xla_ext.export.export(frontend='torchax')",
@@ -130,6 +136,14 @@ _INSTALL = {
     "jax": "`pip install 'torch-xla-ext[jax]'` (jax[cpu] 0.7.1 or newer; jax 0.7.1 and later need CPython 3.11+)",
     "jaxlib": "`pip install 'torch-xla-ext[jax]'` (jax[cpu] brings the jaxlib of its release)",
     "torchax": "`pip install 'torch-xla-ext[torchax]'` (torchax, and optax, which torchax.train imports)",
+}
+
+# What to do when an installed distribution does not load, where more can be said than "install
+# the one that matches the rest of the stack".
+_LOAD_ADVICE = {
+    "torchax": ("torchax 0.0.13 imports on torch 2.12 and older (torch 2.13 removed the named-tensor overloads its "
+                "tables name, such as aten.prod.dim_Dimname; google/torchax#101): install torch<=2.12.1 next to "
+                "it, or a torchax release that fixes it"),
 }
 
 _lock = threading.Lock()
@@ -330,12 +344,20 @@ def _refusal(feature: str) -> str | None:
             if why is not None:
                 broken.add(d)
                 problems.append(f"{d} {have[d]} does not load: {why}")
-                advice.append(f"install the {d} that matches the rest of the stack (torch_xla's _XLAC links the "
-                              f"torch it was built with; jax needs the jaxlib of its release)")
+                advice.append(_LOAD_ADVICE.get(d) or (
+                    f"install the {d} that matches the rest of the stack (torch_xla's _XLAC links the torch it was "
+                    f"built with; jax needs the jaxlib of its release)"))
                 if d == "torch_xla" and _torch_commit_of_torch_xla():
                     advice.append(f"torch_xla {have[d]} was built against torch commit {_torch_commit_of_torch_xla()} "
                                   f"(torch_xla/version.py's __torch_gitrev__): install the torch release or build of "
                                   f"that commit next to it (an upstream torch_xla X.Y pairs with torch X.Y)")
+            elif d in _OWN_FILES:
+                foreign = _OWN_FILES[d]()
+                if foreign is not None:
+                    broken.add(d)
+                    problems.append(f"{d} {have[d]}: {foreign}")
+                    advice.append(f"`pip install --force-reinstall --no-deps {d}=={have[d]}` (after any torch_xla "
+                                  f"install) puts {d}'s own files back")
         apis = [(g, n, w) for g, n, w in capabilities.missing(*spec.groups)
                 if capabilities.distribution_of(n) not in broken]
         for g, name, why in apis:
@@ -346,6 +368,19 @@ def _refusal(feature: str) -> str | None:
             advice.append(f"install a {' / '.join(dists)} that has these APIs (the tested releases do), or set "
                           f"{SKIP_ENV}=1 to try anyway")
     return _message(spec.title, problems, advice)
+
+
+def _torchax_files() -> str | None:
+    # Imported where used: _compat/torchax imports numpy, which `import torch_xla_ext` must not.
+    from torch_xla_ext._compat import torchax
+
+    return torchax.version_problem()
+
+
+# Distributions whose package another wheel may overwrite (torch_xla's writes its torchax copy over
+# torchax's files): the check that the files Python imports are the distribution's own, run once
+# the package loads.
+_OWN_FILES = {"torchax": _torchax_files}
 
 
 def _message(title: str, problems: list[str], advice: list[str]) -> str | None:

@@ -121,6 +121,12 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
               "torch._ops.OpOverload", "torch._ops.OpOverloadPacket",
               "jax.export.export", "jax.sharding.AbstractMesh",
           )),
+    Group("torchax.interop", "torchax's jit and dispatch seams, which the script trace records through",
+          ("_compat/torchax_interop.py",), (
+              "torchax.interop.wrap_jax_jit", "torchax.interop.jax_jit", "torchax.interop.call_jax",
+              "torchax.interop.jax_view", "torchax.interop.JittableModule",
+              "torchax.interop.JittableModule.functional_call", "torchax.tensor.Environment.dispatch",
+          )),
     # ---- torch -------------------------------------------------------------------------------
     Group("torch.pytree", "torch's pytree (the order and key paths of inputs and outputs) and Python dispatch",
           ("_compat/pytree.py", "_compat/dispatch.py"), (
@@ -158,6 +164,17 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
         "jax.export.Exported", "jax.export.deserialize", "jax.export.minimum_supported_calling_convention_version",
         "jax.export.maximum_supported_calling_convention_version",
     )),
+    Group("jax.monitoring", "JAX's compile events and their listeners, the process index, a call's cache key "
+          "(pytree paths and abstract values), the concretization errors, the jitted-call boundary",
+          ("_compat/jax_monitoring.py", "_compat/jax_cache_key.py"), (
+              "jax.monitoring.register_scalar_listener", "jax.monitoring.register_event_duration_secs_listener",
+              "jax._src.dispatch.BACKEND_COMPILE_EVENT", "jax._src.dispatch.JAXPR_TRACE_EVENT",
+              "jax._src.dispatch.JAXPR_TO_MLIR_MODULE_EVENT", "jax._src.traceback_util.api_boundary",
+              "jax.process_index", "jax.process_count", "jax.typeof", "jax.tree_util.tree_flatten_with_path",
+              "jax.tree_util.keystr", "jax.errors.ConcretizationTypeError", "jax.errors.TracerBoolConversionError",
+              "jax.errors.TracerIntegerConversionError", "jax.errors.TracerArrayConversionError",
+              "jax.errors.NonConcreteBooleanIndexError",
+          )),
     Group("jax.trace", "JAX's lowering configuration (call_jax's cache key, GSPMD)", ("_compat/jax_trace.py",), (
         "jax._src.config.trace_context", "jax._src.config.use_shardy_partitioner",
     )),

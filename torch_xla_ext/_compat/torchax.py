@@ -248,3 +248,21 @@ def lower(program: Any, *, num_replicas: int = 1, collectives: bool = False) -> 
         outputs=[(list(a.shape), _dtypes.name_of(np.dtype(a.dtype))) for a in exported.out_avals],
         mutations=mutations, diverged=diverged)
 
+
+def version_problem() -> str | None:
+    """None when the ``torchax`` package Python imports is the installed torchax distribution's
+    own, else what differs: torch_xla's wheel ships its own older ``torchax/`` (0.0.6-era files)
+    and installs it over the distribution's, leaving torchax's metadata saying another version."""
+    import importlib.metadata
+
+    import torchax
+
+    try:
+        installed = importlib.metadata.version("torchax")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    imported = str(getattr(torchax, "__version__", ""))
+    if imported == installed:
+        return None
+    return (f"the torchax Python imports is {imported or 'unversioned'} ({torchax.__file__}), not the installed "
+            f"torchax {installed}: another package's copy (torch_xla's wheel ships one) was written over its files")

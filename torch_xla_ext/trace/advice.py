@@ -14,7 +14,7 @@ from typing import Any
 
 from torch_xla_ext.trace.schema import Trigger
 
-__all__ = ["dynamo", "lazy"]
+__all__ = ["concretization", "dynamo", "jit", "jit_change", "lazy"]
 
 _INPUT_ROLES = ("user_input", "local")
 
@@ -88,3 +88,59 @@ def dynamo(recompile_reason: str | None, breaks: int = 0) -> str:
     if breaks:
         return "Graph breaks split the function: see each break's hint."
     return ""
+
+
+def jit_change(change: dict[str, Any]) -> str:
+    """The advice for one change of a jitted function's call (``trace.jit.signatures``' changes,
+    named in torch's terms: ``name``, ``role``)."""
+    what, name = change.get("what"), change.get("name") or change.get("jax_name", "")
+    if what == "input":
+        if change.get("weak_type"):
+            return (f"`{name}` is a Python number on some calls and an array (or a numpy scalar) on others: JAX "
+                    "compiles each kind; pass the same kind every call (a 0-d tensor, or always a float).")
+        old, new = change.get("old") or [], change.get("new") or []
+        if change.get("old_dtype") != change.get("new_dtype"):
+            return (f"`{name}` changed dtype ({change.get('before')} -> {change.get('now')}): convert it to one dtype "
+                    "before the call.")
+        if old and new and len(old) == len(new) and new[0] < old[0] and list(old[1:]) == list(new[1:]):
+            return (f"A shorter batch for `{name}` ({change.get('before')} -> {change.get('now')}), such as a "
+                    "DataLoader's last: drop_last=True, or pad it to the full batch, avoids its compile.")
+        return (f"`{name}` changed shape ({change.get('before')} -> {change.get('now')}): pad it to a few fixed "
+                "sizes (buckets) so each compiles once.")
+    if what == "structure":
+        keys = ", ".join(change.get("added") or change.get("removed") or [])[:120]
+        verb = "appeared" if change.get("added") else "went away"
+        if change.get("jax_name") == "kwargs":
+            return (f"Keyword argument(s) {keys} {verb}: pass the same keywords on every call (with a default value), "
+                    "or compile one function per set of keywords.")
+        if change.get("role") == "optimizer_state" and change.get("added") and not change.get("removed"):
+            return (f"`{name}` gained entries ({keys}) after its first call: create the optimizer's state complete "
+                    "(zero-filled) before the first call, and it compiles once.")
+        return (f"`{name}` {'gained' if change.get('added') else 'lost'} entries ({keys}): a container whose keys "
+                "change compiles again; give it the same keys on every call.")
+    if what == "static":
+        return (f"`{name}` is a static argument (compiled in as a Python value), and its value changed: each value "
+                "compiles once; pass it as an array, or keep it fixed.")
+    if what == "new_function":
+        return (f"{change.get('function', 'The function')} was jitted again (a new torchax.compile or jax_jit of it): "
+                "JAX keeps one cache per jitted object; jit it once, outside the loop.")
+    if what == "same_signature":
+        return ("JAX compiled it again for the same argument types: another device or sharding of an argument, a "
+                "JAX configuration change, or its cache evicted the program.")
+    if what == "jax_only":
+        return ("A function the program jitted with jax.jit itself: JAX names its arguments, torchax does not see "
+                "them; set JAX_EXPLAIN_CACHE_MISSES=1 for JAX's account, or jit it with torchax's interop.jax_jit.")
+    return ""
+
+
+def jit(changed: list[dict[str, Any]]) -> str:
+    """The advice for one compile of a jitted function: its first change's."""
+    return next((a for a in (jit_change(c) for c in changed) if a), "")
+
+
+def concretization(how: str, function: str) -> str:
+    """The advice for a traced value read as a Python value (``how``: ``.item()``, ``int(...)``,
+    a branch) inside the compiled ``function``."""
+    return (f"{how} needs the value of a traced tensor, which {function} does not have while JAX traces it: compute "
+            "it outside the compiled function and pass it in (marked static when it decides a shape), or keep it a "
+            "tensor (torch.where instead of a Python branch, a fixed size with a mask instead of slicing by it).")

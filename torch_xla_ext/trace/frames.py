@@ -2,10 +2,10 @@
 code sites records refer to.
 
 A frame list is innermost first, each ``(function, file, line)``: the frames torch_xla wrote in
-its analysis (``_compat.xla_debug``), or the live stack of a step marker. Library code is torch,
-torch_xla, torch_xla_ext and Python's standard library; the *site* of an event is the innermost
-frame that is none of those (the user's script, or a library of theirs such as transformers'
-Trainer that called the sync).
+its analysis (``_compat.xla_debug``), or the live stack of a step marker or a JAX compile. Library
+code is torch, torch_xla, torch_xla_ext, JAX (jax, jaxlib), torchax, optax, flax and Python's
+standard library; the *site* of an event is the innermost frame that is none of those (the user's
+script, or a library of theirs such as transformers' Trainer that called the sync).
 
 Example:
     >>> frames = [("sync", "/v/site-packages/torch_xla/torch_xla.py", 87),
@@ -22,12 +22,14 @@ import functools
 import linecache
 import os
 import re
+import sys
 import sysconfig
 from typing import Any, Callable, Iterable, Sequence
 
 from torch_xla_ext.trace.schema import Site, Trigger
 
-__all__ = ["HOST_READ_OPS", "SiteTable", "classify", "is_library", "live_frames", "user_frame"]
+__all__ = ["HOST_READ_OPS", "SiteTable", "classify", "code_of", "frame_of", "is_library", "live_frames", "main_frame", "user_frame",
+           "user_live_frame"]
 
 Frame = tuple[str, str, int]
 
@@ -44,7 +46,8 @@ def _library_roots() -> tuple[str, ...]:
 
 
 _STDLIB = _library_roots()
-_LIBRARY_PARTS = tuple(f"{_SEP}{name}{_SEP}" for name in ("torch", "torch_xla", "torch_xla_ext"))
+_LIBRARY_PARTS = tuple(f"{_SEP}{name}{_SEP}" for name in ("torch", "torch_xla", "torch_xla_ext", "jax", "jaxlib",
+                                                            "torchax", "optax", "flax"))
 # Decorator modules whose wrapper frames stand between a caller and what it called (torch_xla's
 # ``@deprecated`` mark_step, for one).
 _WRAPPERS = tuple(f"{_SEP}{name}" for name in ("typing_extensions.py", "wrapt", "decorator.py"))
@@ -53,8 +56,8 @@ _cache: dict[str, bool] = {}
 
 
 def is_library(path: str) -> bool:
-    """torch, torch_xla, torch_xla_ext, a decorator's wrapper, generated code (``<eval_with_key>.3``,
-    FX's) or the standard library (not site-packages in general)."""
+    """torch, torch_xla, torch_xla_ext, JAX, torchax, optax, flax, a decorator's wrapper, generated
+    code (``<eval_with_key>.3``, FX's) or the standard library (not site-packages in general)."""
     hit = _cache.get(path)
     if hit is None:
         p = path.replace("/", _SEP)
@@ -69,6 +72,34 @@ def user_frame(frames: Sequence[Frame]) -> Frame | None:
     for f in frames:
         if not is_library(f[1]):
             return f
+    return None
+
+
+def user_live_frame(frame: Any) -> tuple[Any, Any]:
+    """(the innermost live frame of user code at or above ``frame``, the frame it called: the
+    library function its line runs), or (None, None)."""
+    callee = None
+    while frame is not None:
+        if not is_library(frame.f_code.co_filename):
+            return frame, callee
+        callee, frame = frame, frame.f_back
+    return None, None
+
+
+def frame_of(frame: Any) -> Frame:
+    """A live frame as ``(function, file, line)``."""
+    return (frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno)
+
+
+def main_frame(frame: Any) -> Frame | None:
+    """The innermost live frame in the script the process runs (``__main__``'s file), when there is
+    one: the user's own line when the innermost user frame is a library of theirs (transformers'
+    ``model.to`` reached from ``train.py``)."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    while frame is not None and main:
+        if frame.f_code.co_filename == main:
+            return frame_of(frame)
+        frame = frame.f_back
     return None
 
 
@@ -118,7 +149,7 @@ def _classify(frames: tuple[Frame, ...], cause: str) -> dict[str, Any]:
     user = user_frame(frames)
     out: dict[str, Any] = {"kind": "other", "site": "", "op": "", "function": "", "code": ""}
     if user is not None:
-        out.update(site=f"{user[1]}:{user[2]}", function=user[0], code=_code(user))
+        out.update(site=f"{user[1]}:{user[2]}", function=user[0], code=code_of(user))
     marker = next((i for i, f in enumerate(frames)
                    if _is(f, "/torch_xla/torch_xla.py", "sync") or _is(f, "/core/xla_model.py", "mark_step")), None)
     if any(_in_bridge(f) for f in frames) or "dynamo" in cause:
@@ -155,7 +186,8 @@ def _classify(frames: tuple[Frame, ...], cause: str) -> dict[str, Any]:
     return out
 
 
-def _code(f: Frame) -> str:
+def code_of(f: Frame) -> str:
+    """The source line of a frame, stripped (at most 200 characters)."""
     return linecache.getline(f[1], f[2]).strip()[:200]
 
 
@@ -178,7 +210,7 @@ class SiteTable:
         sid = self._ids.get(key)
         if sid is None:
             sid = self._ids[key] = len(self._ids)
-            self._emit(Site(id=sid, file=key[0], line=key[1], function=key[2], code=_code(frame)))
+            self._emit(Site(id=sid, file=key[0], line=key[1], function=key[2], code=code_of(frame)))
         return sid
 
     def reset(self) -> None:

@@ -1,10 +1,11 @@
-"""The recorder of one traced process: its rank file, its code sites, its lazy-tensor and Dynamo
-halves, and its end.
+"""The recorder of one traced process: its rank file, its code sites, its lazy-tensor, Dynamo and
+JAX halves, and its end.
 
 The rank file opens at the first event worth a record (a step, a compile, a Dynamo compile, an
 uncaught exception), so processes that import torch but do no XLA or Dynamo work (a launcher, a
 DataLoader worker) leave none. No method raises into the user's program: a problem becomes a
-``problem`` record and the run goes on.
+``problem`` record and the run goes on; a half the stack cannot run (the gate refused it) is a
+note of the ``runtime`` record.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch_xla_ext import _versions
 from torch_xla_ext._compat import lazy
 from torch_xla_ext.errors import first_line
 from torch_xla_ext.trace import frames as _frames
+from torch_xla_ext.trace.jit import JitRecorder
 from torch_xla_ext.trace.schema import End, ExceptionInfo, Problem, Runtime
 from torch_xla_ext.trace.stream import RankFile
 
@@ -34,6 +36,7 @@ class Recorder:
         self.sites = _frames.SiteTable(self.emit)
         self.lazy: Any = None
         self.dynamo: Any = None
+        self.jit: JitRecorder | None = None
         self._runtime = Runtime(t=0.0, compile_analysis=analysis, capture=capture, debug_file=debug_path or "")
         self._exception: ExceptionInfo | None = None
         self._ended = False
@@ -118,6 +121,41 @@ class Recorder:
         # at_exit runs once, whichever registration comes first).
         atexit.register(self.at_exit)
 
+    def on_jax(self, module: Any) -> None:
+        """``jax`` imported: every JAX compile from here on (a plain JAX program's too)."""
+        self._runtime.jax = str(getattr(module, "__version__", ""))
+        try:
+            _versions.require("trace.jax")
+        except _versions.UnsupportedStackError as e:
+            self.note(f"JAX compiles not recorded: {first_line(e, with_type=True)}")
+            return
+        try:
+            jit = JitRecorder(self.emit, self.now, self.sites, self.file)
+            jit.listen()
+            self.jit = jit
+        except Exception as e:  # noqa: BLE001 - a best-effort hook into JAX's monitoring: the user's program runs on, the note says why
+            self.note(f"JAX compiles not recorded: {first_line(e, with_type=True)}")
+            return
+        atexit.register(self.at_exit)
+
+    def on_torchax(self, module: Any) -> None:
+        """``torchax`` imported: which torch function compiled at which call and why, and the
+        ops it runs op by op."""
+        self._runtime.torchax = str(getattr(module, "__version__", ""))
+        if self.jit is None:
+            self.note("torchax's compiled functions and ops not recorded: JAX's compiles are not (see above)")
+            return
+        try:
+            _versions.require("trace.torchax")
+        except _versions.UnsupportedStackError as e:
+            self.note(f"torchax's compiled functions and ops not recorded (JAX's compiles are, by JAX's names): "
+                      f"{first_line(e, with_type=True)}")
+            return
+        try:
+            self.jit.install_torchax()
+        except Exception as e:  # noqa: BLE001 - a best-effort hook into torchax's internals: the user's program runs on, the note says why
+            self.note(f"torchax's compiled functions and ops not recorded: {first_line(e, with_type=True)}")
+
     # ---- the end ---------------------------------------------------------------------------------
 
     def note_exception(self, kind: Any, value: Any, tb: Any) -> None:
@@ -140,6 +178,11 @@ class Recorder:
                 count = self.lazy.compile_time_count()
             except Exception as e:  # noqa: BLE001 - a best-effort read at the interpreter's exit: recorded, the end record follows
                 self.problem("at exit", e)
+        if self.jit is not None:
+            try:
+                self.jit.at_exit()
+            except Exception as e:  # noqa: BLE001 - a best-effort summary at the interpreter's exit: recorded, the end record follows
+                self.problem("at exit (JAX's counts)", e)
         if not self.file.opened and self._exception is None:
             return
         steps = self.lazy.steps() if self.lazy is not None else 0
@@ -153,3 +196,5 @@ class Recorder:
         self._broken = False
         if self.lazy is not None:
             self.lazy.forked()
+        if self.jit is not None:
+            self.jit.forked()

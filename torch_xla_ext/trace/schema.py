@@ -35,12 +35,15 @@ from typing import Any, Callable, Optional
 from torch_xla_ext._dynamo_events import EVENTS
 from torch_xla_ext.errors import InvalidArgumentError
 
-__all__ = ["EV", "READS", "RANK_FILE_GLOB", "RECORDS", "SCHEMA_MINOR", "SCHEMA_VERSION", "End", "ExceptionInfo",
-           "Compile", "Graph", "Header", "Problem", "RunManifest", "Runtime", "Site", "Step", "TraceError", "Trigger",
-           "to_json", "version_text"]
+__all__ = ["EV", "READS", "RANK_FILE_GLOB", "RECORDS", "SCHEMA_MINOR", "SCHEMA_VERSION", "Compile", "Concretization",
+           "End", "ExceptionInfo", "FunctionCount", "Graph", "Header", "JitCompile", "JitFunction", "JitSummary",
+           "OpCount", "Problem", "RunManifest", "Runtime", "Site", "Step", "TraceError", "Trigger", "to_json",
+           "version_text"]
 
 SCHEMA_VERSION = 2  # the major: rank files, run.json and report.json
-SCHEMA_MINOR = 0
+# 1: the JAX half's records (jit_function, jit_compile, concretization, jit_summary) and Runtime's
+# jax/torchax/process fields.
+SCHEMA_MINOR = 1
 RANK_FILE_GLOB = "rank-*.jsonl proc-*.jsonl"
 
 
@@ -86,6 +89,8 @@ class Runtime:
     debug_file: str = ""  # torch_xla's analysis file of this process
     device: str = ""
     notes: list[str] = dataclasses.field(default_factory=list)
+    jax: str = ""
+    torchax: str = ""
 
 
 @dataclasses.dataclass
@@ -207,9 +212,115 @@ class Problem:
     message: str
 
 
+# ---- the JAX half: JAX's compiles, torchax's compiled functions, op by op ------------------------
+
+
+@dataclasses.dataclass
+class JitFunction:
+    """A torch function jitted through torchax (``torchax.compile``, ``interop.jax_jit``,
+    ``JittableModule``): its name in torch's terms, where it is defined, where it was jitted.
+    Written before the first record that names it."""
+
+    fn: int  # its id in this process
+    t: float
+    name: str  # GPT2LMHeadModel.forward, main.<locals>.sgd_step
+    defined: str = ""  # file:line
+    site: int = -1  # where it was jitted (a Site id)
+
+
+@dataclasses.dataclass
+class JitCompile:
+    """One XLA compile JAX made (``jax.monitoring``'s backend-compile event; ``jax_log_compiles``'
+    "Finished XLA compilation of ``jax_name``").
+
+    ``kind``: ``function`` (a jitted function: torchax's, with ``fn``, ``call`` and ``changed`` in
+    torch names, or the user's own ``jax.jit``, with JAX's name only) or ``op`` (a computation
+    compiled for code outside any jitted function, op by op: ``op`` is the torch op torchax ran,
+    or the library function the user's line called). ``site`` is the user's line (the call site
+    of the function, the line of the op), ``entry`` the line in the script when ``site`` is in a
+    library of the user's. ``calls`` is each torchax function's call count at the compile (fn id
+    -> calls), ``changed`` what differs from the nearest earlier compile of the same function
+    (``previous``, at its call ``previous_call``), ``signature`` the call's cache key
+    (``_compat.jax_cache_key``) and ``sig_hash`` its digest."""
+
+    k: int  # 1-based, in this process
+    t: float
+    jax_name: str
+    kind: str
+    ms: float
+    trace_ms: Optional[float] = None
+    lower_ms: Optional[float] = None
+    fn: Optional[int] = None
+    function: str = ""
+    call: Optional[int] = None
+    site: int = -1
+    entry: int = -1
+    op: str = ""
+    calls: dict[str, int] = dataclasses.field(default_factory=dict)
+    first: bool = False
+    changed: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    previous: Optional[int] = None
+    previous_call: Optional[int] = None
+    advice: str = ""
+    signature: list[list[Any]] = dataclasses.field(default_factory=list)
+    sig_hash: str = ""
+    process_index: Optional[int] = None
+    process_count: Optional[int] = None
+
+
+@dataclasses.dataclass
+class Concretization:
+    """A traced value read as a Python value inside a jitted function (``.item()``, ``bool(t)``,
+    ``int(t)``, a data-dependent shape): JAX raised ``exception`` while tracing call ``call`` of
+    ``fn``. ``site`` is the line that read it (with ``op``: item, tolist, bool, int, float, or
+    the aten op), ``call_site`` where the function was called. The exception went on to the
+    user's code unchanged."""
+
+    t: float
+    fn: int
+    function: str
+    call: int
+    site: int
+    call_site: int
+    op: str
+    aten_op: str
+    exception: ExceptionInfo
+
+
+@dataclasses.dataclass
+class OpCount:
+    """How often one op ran op by op at one line (``site``: a Site id)."""
+
+    site: int
+    op: str
+    executions: int
+
+
+@dataclasses.dataclass
+class FunctionCount:
+    """How often a torchax function was called, and compiled."""
+
+    fn: int
+    calls: int
+    compiles: int
+
+
+@dataclasses.dataclass
+class JitSummary:
+    """The JAX half's counts at the process's exit: each torchax function's calls, and each
+    op's executions op by op per line (counted where torchax dispatches it; compiles are in
+    ``jit_compile`` records as they happen)."""
+
+    t: float
+    compiles: int
+    functions: list[FunctionCount] = dataclasses.field(default_factory=list)
+    ops: list[OpCount] = dataclasses.field(default_factory=list)
+
+
 RECORDS: dict[str, type] = {
     "header": Header, "runtime": Runtime, "site": Site, "step": Step, "compile": Compile, "graph": Graph,
-    "end": End, "problem": Problem, **EVENTS,
+    "end": End, "problem": Problem, "jit_function": JitFunction, "jit_compile": JitCompile,
+    "concretization": Concretization, "jit_summary": JitSummary, **EVENTS,
 }
 EV: dict[type, str] = {cls: ev for ev, cls in RECORDS.items()}
 

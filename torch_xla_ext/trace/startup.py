@@ -14,8 +14,9 @@ What it does, before the user's code runs:
     graph hash;
   * registers import hooks: when ``torch._dynamo`` finishes importing, the Dynamo half of the
     recorder is installed; when ``torch_xla`` does, the lazy-tensor half (and the openxla
-    bridge's part of the Dynamo half). A process that imports neither records nothing and
-    leaves no file;
+    bridge's part of the Dynamo half); when ``jax`` does, the JAX half's compile listener, and
+    when ``torchax`` does, its seams on torchax's jit and dispatch. A process that imports none
+    of them records nothing and leaves no file;
   * notes an uncaught exception (``sys.excepthook``, chained) for the end record, and gives a
     forked child its own file.
 
@@ -107,10 +108,11 @@ def start(environ: dict[str, str] | None = None) -> Any:
     if debug_path is not None:
         os.makedirs(os.path.dirname(debug_path), exist_ok=True)
     _recorder = Recorder(directory, capture=capture, debug_path=debug_path, analysis=analysis)
-    hooks = _PostImport({"torch._dynamo": _recorder.on_dynamo, "torch_xla": _recorder.on_torch_xla},
-                        on_error=_recorder.problem)
+    callbacks = {"torch._dynamo": _recorder.on_dynamo, "torch_xla": _recorder.on_torch_xla, "jax": _recorder.on_jax,
+                 "torchax": _recorder.on_torchax}
+    hooks = _PostImport(callbacks, on_error=_recorder.problem)
     sys.meta_path.insert(0, hooks)
-    for name in ("torch._dynamo", "torch_xla"):  # already imported (a forked child, or a late start)
+    for name in callbacks:  # already imported (a forked child, or a late start)
         if name in sys.modules:
             hooks.run(name, sys.modules[name])
     previous = sys.excepthook

@@ -39,14 +39,19 @@ from torch_xla_ext.trace.schema import SCHEMA_MINOR, SCHEMA_VERSION, Header, to_
 __all__ = ["RankFile", "identity"]
 
 
-def identity(environ: Mapping[str, str], ordinal: Callable[[], int | None] | None = None) -> dict[str, Any]:
+def identity(environ: Mapping[str, str], ordinal: Callable[[], int | None] | None = None,
+             source: str = "torch_xla ordinal", world_size: int | None = None) -> dict[str, Any]:
     """Which process of a job this is: ``rank``/``world_size``/``local_rank`` and where the rank
-    came from (``RANK`` from a launcher, torch_xla's ordinal, ``LOCAL_RANK``), or no rank."""
+    came from (``RANK`` from a launcher, the runtime's ``ordinal`` (torch_xla's, or
+    ``jax.process_index``, named by ``source``), ``LOCAL_RANK``), or no rank. ``world_size``
+    (the runtime's process count) applies where ``WORLD_SIZE`` is not set."""
     ident: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "rank": None, "source": None}
     for key, name in (("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK")):
         v = _env_int(environ, name)
         if v is not None:
             ident[key] = v
+    if world_size is not None and "world_size" not in ident:
+        ident["world_size"] = world_size
     rank = _env_int(environ, "RANK")
     if rank is not None:
         ident.update(rank=rank, source="RANK")
@@ -58,7 +63,7 @@ def identity(environ: Mapping[str, str], ordinal: Callable[[], int | None] | Non
         except RuntimeError:  # torch_xla's runtime cannot say yet: the other sources decide
             r = None
     if r is not None:
-        ident.update(rank=r, source="torch_xla ordinal")
+        ident.update(rank=r, source=source)
     elif "local_rank" in ident:
         ident.update(rank=ident["local_rank"], source="LOCAL_RANK")
     return ident
@@ -79,6 +84,8 @@ class RankFile:
         self.directory = directory
         self._environ = os.environ if environ is None else environ
         self._ordinal = ordinal
+        self._source = "torch_xla ordinal"
+        self._world_size: int | None = None
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._pid = os.getpid()
@@ -86,9 +93,14 @@ class RankFile:
         self.path: str | None = None
         self.identity: dict[str, Any] | None = None
 
-    def set_ordinal(self, ordinal: Callable[[], int | None]) -> None:
-        """How to ask torch_xla for this process's ordinal (once it is imported)."""
-        self._ordinal = ordinal
+    def set_ordinal(self, ordinal: Callable[[], int | None], source: str = "torch_xla ordinal",
+                    world_size: int | None = None) -> None:
+        """How to ask the runtime for this process's ordinal (torch_xla's once it is imported; JAX's
+        process index once a JAX compile ran), what to call it, and the runtime's process count.
+        The first runtime to say keeps it; the file takes its name when it opens."""
+        if self._ordinal is not None and source != self._source:
+            return
+        self._ordinal, self._source, self._world_size = ordinal, source, world_size
 
     def now_ms(self) -> float:
         """Milliseconds since this process's file started (the ``t`` of records)."""
@@ -116,7 +128,7 @@ class RankFile:
         if forked_from is not None:  # a forked child: its own file and clock
             self._pid, self._t0, self._fd, self.path = os.getpid(), time.monotonic(), None, None
         os.makedirs(self.directory, exist_ok=True)
-        ident = identity(self._environ, self._ordinal)
+        ident = identity(self._environ, self._ordinal, self._source, self._world_size)
         names = ([f"rank-{ident['rank']}.jsonl", f"rank-{ident['rank']}.{self._pid}.jsonl"]
                  if ident["rank"] is not None else [f"proc-{self._pid}.jsonl"])
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch_xla_ext import _html
 from torch_xla_ext.trace.report.model import Report
-from torch_xla_ext.trace.report.render import NO_SITE, change_text, has_ranks_section, ranks_phrase
+from torch_xla_ext.trace.report.render import NO_SITE, change_text, has_ranks_section, plural, ranks_phrase
 
 __all__ = ["render"]
 
@@ -22,8 +22,9 @@ _PAGE = """<!doctype html>
 {% if r.exit %} &middot; exit {{ r.exit.code if r.exit.code is not none else r.exit.signal }}{% endif %}</div>
 <pre>{{ r.summary|join('\n') }}</pre>
 <h2>Processes</h2>
-<table><tr><th>process</th><th>steps</th><th>compiles</th><th>torch_xla CompileTime</th><th>how it ended</th><th>steady state</th></tr>
-{% for p in r.ranks %}<tr><td>{{ p.label }}</td><td class="n">{{ p.steps }}</td><td class="n">{{ p.compiles }}</td>
+<table><tr><th>process</th><th>steps</th><th>compiles</th><th>op by op</th><th>torch_xla CompileTime</th><th>how it ended</th><th>steady state</th></tr>
+{% for p in r.ranks %}<tr><td>{{ p.label }}</td><td class="n">{{ p.steps }} {{ plural(p.unit) }}</td><td class="n">{{ p.compiles }}</td>
+<td class="n">{{ p.op_by_op }}</td>
 <td class="n">{{ p.torch_xla_compile_count if p.torch_xla_compile_count is not none else '-' }}</td>
 <td{% if not p.ended or p.exception or p.damage %} class="bad"{% endif %}>{{ p.stopped }}</td><td>{{ p.steady }}</td></tr>
 {% endfor %}</table>
@@ -32,8 +33,8 @@ _PAGE = """<!doctype html>
 <h2>Compiles</h2>
 <input type="search" id="filter" placeholder="filter compiles (site, hash, trigger)">
 <table id="compiles"><tr><th>rank</th><th>step</th><th>graph hash</th><th>trigger</th><th>site</th><th>ms</th><th>what changed</th><th>advice</th></tr>
-{% for c in r.compiles %}<tr><td class="n">{{ c.rank }}</td><td class="n">{{ c.step }}</td><td><code>{{ c.graph_hash[:16] }}</code></td>
-<td>{{ c.trigger.kind }}{% if c.trigger.op %} ({{ c.trigger.op }}){% endif %}{% if c.compile_id %} [{{ c.compile_id }}]{% endif %}</td>
+{% for c in r.compiles if not c.eager %}<tr><td class="n">{{ c.rank }}</td><td class="n">{{ c.step }}</td><td><code>{{ c.graph_hash[:16] or c.name }}</code></td>
+<td>{{ c.trigger.kind }}{% if c.trigger.op %} ({{ c.trigger.op }}){% elif c.name %} {{ c.trigger.function }}{% if c.call is not none %} call {{ c.call }}{% endif %}{% endif %}{% if c.compile_id %} [{{ c.compile_id }}]{% endif %}</td>
 <td>{{ where(c.trigger.site, c.trigger.code) }}</td>
 <td class="n">{{ c.ms if c.ms is not none else '' }}</td>
 <td>{% for x in c.changed %}{{ change(x) }}<br>{% else %}{% if c.previous_step is none %}<span class="muted">first at this site</span>{% endif %}{% endfor %}</td>
@@ -45,12 +46,27 @@ _PAGE = """<!doctype html>
 <td class="n">{{ s.compiles }}</td><td class="n">{{ s.graphs }}</td><td class="n">{{ s.steps_run }}</td>
 <td>{% if s.every_step %}<span class="bad">compiles every step</span>{% endif %}</td></tr>
 {% endfor %}</table>
-<h2>Where it syncs</h2>
+{% if r.functions %}<h2>Compiled functions</h2>
+<table><tr><th>rank</th><th>function</th><th>jitted at</th><th>calls</th><th>compiles</th><th>steady state</th></tr>
+{% for f in r.functions %}<tr><td class="n">{{ f.rank }}</td><td>{{ f.name }}<br><span class="muted">{{ f.defined }}</span></td>
+<td>{{ where(f.jitted_at, '') }}</td><td class="n">{{ f.calls if f.calls is not none else '?' }}</td><td class="n">{{ f.compiles }}</td><td>{{ f.steady }}</td></tr>
+{% endfor %}</table>{% endif %}
+{% if r.op_by_op %}<h2>Op by op</h2>
+<p>Computations compiled for ops that ran outside any compiled function, by the user's line and op; they count in the totals.</p>
+<table><tr><th>rank</th><th>site</th><th>op</th><th>compiles</th><th>compile ms</th><th>executions</th><th>programs</th></tr>
+{% for g in r.op_by_op %}<tr><td class="n">{{ g.rank }}</td><td>{{ where(g.site, g.code) }}{% if g.entry %}<br><span class="muted">from {{ g.entry }}</span>{% endif %}</td>
+<td>{{ g.op }}</td><td class="n">{{ g.compiles }}</td><td class="n">{{ g.compile_ms }}</td>
+<td class="n">{{ g.executions if g.executions is not none else '?' }}</td><td>{{ g.names|join(', ') }}</td></tr>
+{% endfor %}</table>{% endif %}
+{% if r.findings %}<h2>Findings</h2><ul>
+{% for f in r.findings %}<li class="bad">rank {{ f.rank }}: {{ f.kind }} in {{ f.function }} (call {{ f.call }}, called at {{ f.call_site or no_site }}) at {{ where(f.site, f.code) }} ({{ f.op or f.aten_op }}; {{ f.exception.type }}: {{ f.exception.message }}). {{ f.advice }}</li>
+{% endfor %}</ul>{% endif %}
+{% if r.sync_points %}<h2>Where it syncs</h2>
 <table><tr><th>rank</th><th>kind</th><th>site</th><th>executions</th><th>in steps</th><th>step markers</th></tr>
 {% for s in r.sync_points %}<tr><td class="n">{{ s.rank }}</td><td>{{ s.kind }}{% if s.op %} ({{ s.op }}){% endif %}</td>
 <td>{{ where(s.site, s.code) }}</td><td class="n">{{ s.executions }}</td><td class="n">{{ s.steps }}</td>
 <td class="n">{{ s.markers }}</td></tr>
-{% endfor %}</table>
+{% endfor %}</table>{% endif %}
 {% for d in r.dynamo %}<h2>Dynamo, rank {{ d.rank }}</h2>
 <table><tr><th>figure</th><th>value</th><th>equals</th></tr>
 {% for f in r.dynamo_figures %}<tr><td>{{ f.label }}</td><td class="n">{{ figure(d.figures[f.key]) }}</td><td>{{ f.oracle }}</td></tr>{% endfor %}
@@ -97,4 +113,4 @@ def render(report: Report) -> str:
     env = _html.environment({"page": _PAGE})
     return env.get_template("page").render(r=report, csp=_html.CSP, css=_html.CSS, change=change_text, figure=_figure,
                                            ranks_section=has_ranks_section(report), ranks_phrase=ranks_phrase,
-                                           no_site=NO_SITE)
+                                           no_site=NO_SITE, plural=plural)

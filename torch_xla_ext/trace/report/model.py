@@ -5,8 +5,10 @@ JSON writer (``_json``), its schema in docs/trace.md. A change (``CompileRow.cha
 docs/trace.md lists.
 
 :class:`CompileRow` is the one notion of a compile the sections share, whatever made it (a lazy
-sync, the openxla bridge, another frontend's compile through ``build.COMPILE_SOURCES``): ``kind``
-names the frontend, ``trigger.site`` is the user's line and ``trigger.function`` their function.
+sync, the openxla bridge, a JAX compile of torchax's, through ``build.COMPILE_SOURCES``): ``kind``
+names the frontend, ``trigger.site`` is the user's line and ``trigger.function`` their function;
+``eager`` marks a computation compiled for one op run outside any compiled function (op by op),
+which the totals count and the sites table leaves to its own section (:class:`OpGroup`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any, Optional
 from torch_xla_ext.trace.report.load import StartupError
 from torch_xla_ext.trace.schema import ExceptionInfo, Trigger
 
-__all__ = ["CompileRow", "Divergence", "DynamoSection", "RankRow", "Report", "SiteRow", "SyncPoint"]
+__all__ = ["CompileRow", "Divergence", "DynamoSection", "Finding", "FunctionRow", "OpGroup", "RankRow", "Report",
+           "SiteRow", "SyncPoint"]
 
 
 @dataclasses.dataclass
@@ -42,6 +45,10 @@ class CompileRow:
     recovered: bool = False
     replica: int = 0
     bridge_hash: Optional[str] = None
+    name: str = ""  # the compiler's name of the program (JAX's jit(call_torch)); "" for torch_xla's graphs
+    eager: bool = False  # op by op: compiled for an op outside any compiled function
+    call: Optional[int] = None  # which call of its function compiled it
+    t: Optional[float] = None  # when it ended (ms on its rank file's clock)
 
 
 @dataclasses.dataclass
@@ -61,6 +68,60 @@ class SiteRow:
     last_step: int
     every_step: bool
     advice: str = ""
+    most_steps: bool = False  # compiled on more than half the steps (calls) it ran, at least 3 times
+
+
+@dataclasses.dataclass
+class OpGroup:
+    """Computations compiled for one op run op by op at one line of the user's (outside any
+    compiled function), on one rank: how many compiles and how long, how often the op ran there,
+    and the programs' names."""
+
+    rank: Optional[int]
+    site: str
+    op: str
+    code: str
+    compiles: int
+    compile_ms: float
+    executions: Optional[int]  # None: not counted (not a torch op torchax dispatched, or the process was killed)
+    names: list[str]
+    entry: str = ""  # the line of the user's script, when ``site`` is in a library of theirs
+    first_step: int = 0
+    last_step: int = 0
+
+
+@dataclasses.dataclass
+class FunctionRow:
+    """A function compiled through a frontend's jit (torchax's), on one rank: its calls and
+    compiles, and whether it stopped compiling."""
+
+    rank: Optional[int]
+    name: str
+    defined: str
+    jitted_at: str
+    calls: Optional[int]  # None when the process ended without its counts (killed)
+    compiles: int
+    last_compile_call: Optional[int]
+    steady: str
+
+
+@dataclasses.dataclass
+class Finding:
+    """Something in the user's code the run hit, named at its line: ``kind`` ``concretization``
+    (a traced value read as a Python value inside a compiled function: ``op`` is how, ``function``
+    and ``call`` where it was traced, ``call_site`` where it was called)."""
+
+    rank: Optional[int]
+    kind: str
+    site: str
+    code: str
+    op: str
+    function: str
+    call: int
+    call_site: str
+    exception: ExceptionInfo
+    advice: str
+    aten_op: str = ""
 
 
 @dataclasses.dataclass
@@ -102,6 +163,8 @@ class RankRow:
     steady: str
     last_compile_step: int
     unrecorded_compiles: int
+    unit: str = "step"  # what its steps count: torch_xla's step markers, or calls of its most-called function
+    op_by_op: int = 0  # of its compiles, computations compiled for ops run op by op
 
 
 @dataclasses.dataclass
@@ -149,6 +212,9 @@ class Report:
     startup_errors: list[StartupError]
     problems: list[str]
     summary: list[str] = dataclasses.field(default_factory=list)
+    functions: list[FunctionRow] = dataclasses.field(default_factory=list)
+    op_by_op: list[OpGroup] = dataclasses.field(default_factory=list)
+    findings: list[Finding] = dataclasses.field(default_factory=list)
 
     def compiles_of(self, rank: Any) -> list[CompileRow]:
         return [c for c in self.compiles if c.rank == rank]

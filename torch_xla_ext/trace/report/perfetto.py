@@ -2,8 +2,9 @@
 
 One process per rank file, on one clock (each file's records are milliseconds since its header,
 whose wall-clock time places it): a ``steps`` thread with one slice per step (from the step
-marker before it to its own), a ``compiles`` thread with each XLA compile (``args``: graph hash,
-trigger, site, what changed), a ``dynamo`` thread with Dynamo's frame compiles and bridge
+marker before it to its own), a ``compiles`` thread with each compile of every frontend
+(``build.compile_rows``: torch_xla's graphs, JAX's programs, op by op included; ``args``: graph
+hash, trigger, site, what changed), a ``dynamo`` thread with Dynamo's frame compiles and bridge
 extractions (``args.compile_id`` as tlparse and Dynamo's own events carry it).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch_xla_ext._dynamo_events import BridgeExtraction, FrameCompile
+from torch_xla_ext.trace.report.build import compile_rows
 from torch_xla_ext.trace.report.load import RankTrace
 from torch_xla_ext.trace.report.render import change_text
 
@@ -35,11 +37,15 @@ def events(traces: list[RankTrace]) -> dict[str, Any]:
                         "dur": max(round((s.t - prev) * 1e3, 3), 1.0),
                         "args": {"marker": s.kind, "site": t.site(s.site), "sync_ms": s.ms, "graphs": s.graphs}})
             prev = s.t
-        for c in t.compiles:
+        for c in compile_rows(t):
+            if c.t is None:  # read back from torch_xla's analysis after the process stopped: no time
+                continue
             ms = c.ms or 0.0
-            out.append({"ph": "X", "name": f"compile {c.graph_hash[:12]}", "cat": "compile", "pid": pid, "tid": 1,
+            label = (c.trigger.function or c.name) if c.name else c.graph_hash[:12]  # a JAX program by its function
+            out.append({"ph": "X", "name": f"compile {label}" + (f" ({c.trigger.op})" if c.eager else ""),
+                        "cat": "compile.op_by_op" if c.eager else "compile", "pid": pid, "tid": 1,
                         "ts": round(base + (c.t - ms) * 1e3, 3), "dur": max(round(ms * 1e3, 3), 1.0),
-                        "args": {"step": c.step, "graph_hash": c.graph_hash, "trigger": c.trigger.kind,
+                        "args": {"step": c.step, "graph_hash": c.graph_hash, "name": c.name, "trigger": c.trigger.kind,
                                  "site": c.trigger.site, "changed": [change_text(x) for x in c.changed],
                                  "advice": c.advice}})
         spans = [(f"[{f.compile_id}] {f.name}", "dynamo.frame", f.t, f.ms, f.compile_id) for f in t.of(FrameCompile)]

@@ -14,7 +14,8 @@ from typing import Any
 
 from torch_xla_ext.trace.report.model import CompileRow, Report
 
-__all__ = ["MAX_SUMMARY_LINES", "NO_SITE", "change_text", "has_ranks_section", "ranks_phrase", "summary_lines", "to_markdown"]
+__all__ = ["MAX_SUMMARY_LINES", "NO_SITE", "change_text", "has_ranks_section", "plural", "ranks_phrase", "summary_lines",
+           "to_markdown"]
 
 MAX_SUMMARY_LINES = 20
 # What a site without a frame of the user's code reads as (never an empty location).
@@ -39,6 +40,26 @@ def _lib(site: str) -> str:
 
 def change_text(c: dict[str, Any]) -> str:
     what = c.get("what", "")
+    if what == "input" and c.get("name"):  # a jitted function's argument, by its name (JAX's types)
+        return f"input {c['name']} ({c.get('role') or 'user_input'}): {c.get('before')} -> {c.get('now')}"
+    if what == "input" and c.get("jax_name"):  # named by JAX alone
+        return f"input {c['jax_name']}: {c.get('before')} -> {c.get('now')}"
+    if what == "structure":
+        keys = list(c.get("added") or []) + list(c.get("removed") or [])
+        shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+        verb = "appeared" if not c.get("removed") else ("went away" if not c.get("added") else "changed")
+        if c.get("jax_name") == "kwargs":
+            return f"keyword arguments: {shown} {verb}"
+        who = c.get("name") or c.get("jax_name")
+        return f"{who} ({c.get('role') or 'user_input'}): entries {shown} {verb}"
+    if what == "static":
+        return f"static argument {c.get('name') or c.get('jax_name')}: {c.get('before')} -> {c.get('now')}"
+    if what == "new_function":
+        return f"{c.get('function')} jitted again: a new cache, its earlier compiles not reused"
+    if what == "same_signature":
+        return f"the same argument types as call {c.get('previous_call')}"
+    if what == "jax_only":
+        return f"{c.get('function')} compiled again (jitted by the program itself: JAX's names only)"
     if what == "input":
         who = f" ({c['role']} {', '.join(c['names'][:3])})" if c.get("names") else ""
         dt = f" {c['old_dtype']} -> {c['new_dtype']}" if c.get("old_dtype") else ""
@@ -84,7 +105,15 @@ def _trigger(c: CompileRow) -> str:
     kind = t.kind
     if kind == "host_read" and t.op:
         kind = f"host read .{t.op}()" if t.op in ("item", "tolist", "cpu", "numpy") else f"host read ({t.op})"
+    elif c.name:  # a program the compiler names (JAX's): the function, or the op run op by op
+        kind = f"{kind} {t.op or t.function}" + (f" call {c.call}" if c.call is not None else "")
     return f"{kind} at {_short(t.site)}"
+
+
+def plural(unit: str) -> str:
+    """"steps", "calls of f"."""
+    head, _, tail = unit.partition(" ")
+    return f"{head}s" + (f" {tail}" if tail else "")
 
 
 def summary_lines(report: Report) -> list[str]:
@@ -94,26 +123,49 @@ def summary_lines(report: Report) -> list[str]:
     lines: list[str] = []
     ranks = report.ranks
     total = len(report.compiles)
+    eager = sum(1 for c in report.compiles if c.eager)
+    counted = [r for r in ranks if r.torch_xla_compile_count is not None]
     lines.append(f"torch-xla-ext trace: {len(ranks)} process{'es' if len(ranks) != 1 else ''}, {total} XLA compile"
-                 f"{'s' if total != 1 else ''} (torch_xla's CompileTime: "
-                 + ", ".join(str(r.torch_xla_compile_count) if r.torch_xla_compile_count is not None else "?"
-                             for r in ranks[:8]) + ")")
+                 f"{'s' if total != 1 else ''}"
+                 + (f" ({eager} of them op by op)" if eager else "")
+                 + (" (torch_xla's CompileTime: " + ", ".join(str(r.torch_xla_compile_count) if r.torch_xla_compile_count
+                                                               is not None else "?" for r in ranks[:8]) + ")"
+                    if counted or not eager else ""))
+    unit = {r.rank: r.unit for r in ranks}
     for r in ranks[:4]:
-        lines.append(f"  {r.label}: {r.steps} steps, {r.compiles} compiles ({r.compile_ms / 1e3:.1f} s); "
+        lines.append(f"  {r.label}: {r.steps} {plural(r.unit)}, {r.compiles} compiles ({r.compile_ms / 1e3:.1f} s"
+                     + (f", {r.op_by_op} op by op" if r.op_by_op else "") + f"); "
                      f"{r.stopped}" + (f"; {r.steady}" if r.steady else ""))
     if len(ranks) > 4:
         lines.append(f"  ... {len(ranks) - 4} more processes in report.md")
     recompiles = [c for c in report.compiles if c.previous_step is not None or c.changed]
-    for s in [s for s in report.sites if s.compiles > 1][:3]:
-        flag = " EVERY STEP" if s.every_step else ""
-        lines.append(f"  {s.compiles} compiles at {_short(s.site)} ({s.kind}{', ' + s.op if s.op else ''}){flag}")
-        last = next((c for c in reversed(recompiles) if c.trigger.site == s.site and c.rank == s.rank), None)
+    again = {(c.rank, c.trigger.site) for c in recompiles if not c.eager}  # a site whose compile was a recompile
+    for s in [s for s in report.sites if s.compiles > 1 or (s.rank, s.site) in again][:3]:
+        flag = " EVERY STEP" if s.every_step else (f" COMPILES ON {s.compiles} OF {s.steps_run} {plural(_unit_word(unit.get(s.rank, 'step'))).upper()}"
+                                                     if s.most_steps else "")
+        of = s.op or (s.function if s.kind == "jit" else "")
+        lines.append(f"  {s.compiles} compile{'s' if s.compiles != 1 else ''} at {_short(s.site)} "
+                     f"({s.kind}{' ' + of if of else ''}){flag}")
+        last = next((c for c in reversed(recompiles) if c.trigger.site == s.site and c.rank == s.rank
+                     and not c.eager), None)
         if last is not None:
             what = "; ".join(change_text(c) for c in _leading(last.changed))
             if what:
-                lines.append(f"    step {last.step}: {what}"[:240])
+                lines.append(f"    {_unit_word(unit.get(s.rank, 'step'))} {last.step}: {what}"[:240])
             if last.advice:
                 lines.append(f"    -> {last.advice}"[:240])
+    groups = report.op_by_op
+    if groups:
+        g = groups[0]
+        n = sum(x.compiles for x in groups)
+        runs = f", run {g.executions} times" if g.executions is not None else ""
+        lines.append(f"  op by op: {n} compiles ({sum(x.compile_ms for x in groups) / 1e3:.1f} s) at {len(groups)} "
+                     f"line/op{'s' if len(groups) != 1 else ''}; most at {_short(g.site)} {g.op} ({g.compiles} "
+                     f"compiles{runs})"[:240])
+    for f in report.findings[:2]:
+        lines.append(f"  {f.kind} in {f.function} (call {f.call}) at {_short(f.site)}: `{f.code}` "
+                     f"({f.exception.type})"[:240])
+        lines.append(f"    -> {f.advice}"[:240])
     host = [s for s in report.sync_points if s.kind == "host_read"]
     if host:
         h = host[0]
@@ -142,6 +194,11 @@ def summary_lines(report: Report) -> list[str]:
     if len(lines) > MAX_SUMMARY_LINES:
         lines = lines[:MAX_SUMMARY_LINES - 1] + [lines[-1]]
     return lines
+
+
+def _unit_word(unit: str) -> str:
+    """"call" of "call of f"."""
+    return unit.split(" ", 1)[0]
 
 
 def _leading(changed: list[dict[str, Any]], n: int = 2) -> list[dict[str, Any]]:
@@ -180,10 +237,11 @@ def to_markdown(report: Report) -> str:
     md = [f"# torch_xla trace{': `' + cmd + '`' if cmd else ''}", ""]
     md += ["```text", *report.summary, "```", ""]
     md += ["## Processes", ""]
-    md += _table(["process", "file", "steps", "compiles", "compile s", "torch_xla CompileTime", "how it ended", "steady state"],
-                 [[r.label, r.file, r.steps, r.compiles, f"{r.compile_ms / 1e3:.2f}",
-                   r.torch_xla_compile_count if r.torch_xla_compile_count is not None else "(no end record)",
-                   r.stopped, r.steady] for r in report.ranks])
+    md += _table(["process", "file", "steps", "compiles", "op by op", "compile s", "torch_xla CompileTime", "how it ended",
+                  "steady state"],
+                 [[r.label, r.file, f"{r.steps} {plural(r.unit)}", r.compiles, r.op_by_op, f"{r.compile_ms / 1e3:.2f}",
+                   r.torch_xla_compile_count if r.torch_xla_compile_count is not None else
+                   ("(no end record)" if not r.ended else "-"), r.stopped, r.steady] for r in report.ranks])
     for r in report.ranks:
         for n in r.notes:
             md.append(f"- {r.label}: {n}")
@@ -192,23 +250,49 @@ def to_markdown(report: Report) -> str:
         if r.compile_analysis and r.compile_analysis != "file":
             md.append(f"- {r.label}: torch_xla's compile analysis {r.compile_analysis}")
     md += ["", "## Compiles", "",
-           "One row per XLA compile (lazy and Dynamo-driven). *What changed* compares the graph with the nearest "
-           "earlier graph compiled at the same site, what the user can act on first.", ""]
+           "One row per XLA compile (lazy, Dynamo-driven, JAX's; op by op below). *What changed* compares the graph "
+           "with the nearest earlier graph compiled at the same site (for a jitted function, the nearest earlier "
+           "call of it that compiled), what the user can act on first.", ""]
     md += _table(["rank", "step", "graph hash", "trigger", "ms", "inputs", "what changed", "advice"],
-                 [[c.rank, c.step, c.graph_hash[:16] or "?", _trigger(c) + (f" [{c.compile_id}]" if c.compile_id else ""),
+                 [[c.rank, c.step, c.graph_hash[:16] or c.name or "?",
+                   _trigger(c) + (f" [{c.compile_id}]" if c.compile_id else ""),
                    c.ms if c.ms is not None else "", c.inputs if c.inputs is not None else "",
                    "; ".join(change_text(x) for x in c.changed) or ("first at this site" if c.previous_step is None else ""),
-                   c.advice] for c in report.compiles])
+                   c.advice] for c in report.compiles if not c.eager])
     md += ["## Sites that compile", ""]
     md += _table(["rank", "site", "trigger", "code", "compiles", "graphs", "steps run", "steps", "every step"],
-                 [[s.rank, s.site or NO_SITE, s.kind + (f" ({s.op})" if s.op else ""), f"`{s.code}`" if s.code else "",
-                   s.compiles, s.graphs, s.steps_run, f"{s.first_step}-{s.last_step}",
-                   "compiles every step" if s.every_step else ""] for s in report.sites])
-    md += ["## Where it syncs", "", "Step markers and host reads that made torch_xla run graphs "
-           "(from torch_xla's execution analysis).", ""]
-    md += _table(["rank", "kind", "site", "code", "executions", "in steps", "step markers"],
-                 [[s.rank, s.kind + (f" ({s.op})" if s.op else ""), s.site or NO_SITE, f"`{s.code}`" if s.code else "",
-                   s.executions, s.steps, s.markers] for s in report.sync_points])
+                 [[s.rank, s.site or NO_SITE, s.kind + (f" ({s.op or s.function})" if s.op or s.kind == "jit" else ""),
+                   f"`{s.code}`" if s.code else "", s.compiles, s.graphs, s.steps_run, f"{s.first_step}-{s.last_step}",
+                   "compiles every step" if s.every_step else ("compiles on most" if s.most_steps else "")]
+                  for s in report.sites])
+    if report.functions:
+        md += ["## Compiled functions", "", "Each function jitted through torchax: its calls, its compiles, and "
+               "whether it stopped compiling.", ""]
+        md += _table(["rank", "function", "jitted at", "calls", "compiles", "steady state"],
+                     [[f.rank, f.name, f.jitted_at or NO_SITE, f.calls if f.calls is not None else "?", f.compiles,
+                       f.steady] for f in report.functions])
+    if report.op_by_op:
+        md += ["## Op by op", "", "Computations compiled for ops that ran outside any compiled function, by the "
+               "user's line and op: each is a small program of its own, compiled once per new shape; they count in "
+               "the totals above.", ""]
+        md += _table(["rank", "site", "op", "code", "compiles", "compile ms", "executions", "programs"],
+                     [[g.rank, (g.site or NO_SITE) + (f" (from {g.entry})" if g.entry else ""), g.op,
+                       f"`{g.code}`" if g.code else "", g.compiles, g.compile_ms,
+                       g.executions if g.executions is not None else "?", ", ".join(g.names[:6])]
+                      for g in report.op_by_op])
+    if report.findings:
+        md += ["## Findings", ""]
+        for f in report.findings:
+            md.append(f"- rank {f.rank}: {f.kind} in {f.function} (call {f.call}, called at {f.call_site or NO_SITE}) "
+                      f"at {f.site or NO_SITE}: `{f.code}` ({f.op or f.aten_op}; {f.exception.type}: "
+                      f"{f.exception.message}). {f.advice}")
+        md.append("")
+    if report.sync_points:
+        md += ["## Where it syncs", "", "Step markers and host reads that made torch_xla run graphs "
+               "(from torch_xla's execution analysis).", ""]
+        md += _table(["rank", "kind", "site", "code", "executions", "in steps", "step markers"],
+                     [[s.rank, s.kind + (f" ({s.op})" if s.op else ""), s.site or NO_SITE, f"`{s.code}`" if s.code else "",
+                       s.executions, s.steps, s.markers] for s in report.sync_points])
     for dyn in report.dynamo:
         md += [f"## Dynamo (rank {dyn.rank})", ""]
         md += _table(["figure", "value", "equals"],
