@@ -160,3 +160,54 @@ def check_compiles(run, rank=0):
     executions = [h for s in run.records("step", rank) for _, _, h in s.get("executions", [])]
     assert executions == a["execution_hashes"][:len(executions)]
     return ours
+
+
+# JAX's own flags for the oracle (oracle_run.py's jax_log), and JAX on the CPU.
+JAX_ORACLE_ENV = {"JAX_LOG_COMPILES": "1", "JAX_EXPLAIN_CACHE_MISSES": "1", "JAX_PLATFORMS": "cpu"}
+
+
+def traced_jax_script(tmp, name, *args, command=None, trace_args=(), timeout=TIMEOUT, **extra_env):
+    """scripts/NAME ARGS through oracle_run.py with JAX's compile log and cache-miss explanations on,
+    traced into ``tmp/trace``; ``command`` replaces the command (a shell that starts several
+    processes, each through oracle_run.py with ``ORACLE_OUT``). Returns a :class:`Run` whose
+    ``oracle`` maps each rank file's rank to the oracle record of its process (by pid)."""
+    out = os.path.join(str(tmp), "trace")
+    oracle_out = os.path.join(str(tmp), "oracle-{pid}.json")
+    extra = dict(JAX_ORACLE_ENV, ORACLE_OUT=oracle_out, **extra_env)
+    command = command or [sys.executable, ORACLE, script(name), *args]
+    status, stdout, stderr, report = traced(out, command, *trace_args, timeout=timeout, **extra)
+    assert report is not None, stderr[-4000:]
+    oracle = {}
+    for path in glob.glob(os.path.join(out, "rank-*.jsonl")) + glob.glob(os.path.join(out, "proc-*.jsonl")):
+        with open(path) as f:
+            head = json.loads(f.readline())
+        o = oracle_out.replace("{pid}", str(head["pid"]))
+        if os.path.isfile(o):
+            with open(o) as f:
+                oracle[head["rank"]] = json.load(f)
+    return Run(out, status, stdout, stderr, report, oracle, {})
+
+
+def env_traced_jax_script(tmp, name, *args, timeout=TIMEOUT):
+    """scripts/NAME ARGS through oracle_run.py (JAX's log on) with nothing but what ``trace --env``
+    prints set (``TORCH_XLA_EXT_TRACE=DIR`` and the start-up hook's path), then ``trace --report
+    DIR``: the way a launcher the command cannot wrap is traced. Returns (the script's process,
+    the report, the oracle record)."""
+    out = os.path.join(str(tmp), "trace")
+    oracle_out = os.path.join(str(tmp), "oracle.json")
+    printed = subprocess.run([sys.executable, "-m", "torch_xla_ext", "trace", "--env", out], env=env(),
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert printed.returncode == 0, printed.stderr
+    e = env(**JAX_ORACLE_ENV, ORACLE_OUT=oracle_out)
+    e.pop("PYTHONPATH")
+    for line in printed.stdout.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        e[key] = subprocess.run(["sh", "-c", f"printf %s {value}"], env=e, capture_output=True, text=True,
+                                timeout=60).stdout
+    proc = subprocess.run([sys.executable, ORACLE, script(name), *args], env=e, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    render = subprocess.run([sys.executable, "-m", "torch_xla_ext", "trace", "--report", out], env=env(),
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert render.returncode == 0, render.stderr[-4000:]
+    with open(oracle_out) as f:
+        return proc, load_report(out), json.load(f)

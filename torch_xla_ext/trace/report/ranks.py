@@ -14,6 +14,8 @@ Example:
     >>> seq = {0: {1: ["c:aa", "x:sync:aa"]}, 1: {1: ["c:bb", "x:sync:bb"]}, 2: {1: ["c:aa", "x:sync:aa"]}}
     >>> first_divergent_step(seq)
     (1, [1])
+    >>> first_divergent_step({0: {1: ["c:aa"]}, 1: {1: ["c:aa"], 3: ["c:cc"]}}, counts={0: 4, 1: 4})
+    (3, [1])
 """
 
 from __future__ import annotations
@@ -46,14 +48,19 @@ def sequences(by_rank: dict[Any, tuple[list[CompileRow], Any]]) -> dict[Any, dic
     return out
 
 
-def first_divergent_step(seq: dict[Any, dict[int, list[str]]]) -> tuple[int | None, list[Any]]:
+def first_divergent_step(seq: dict[Any, dict[int, list[str]]],
+                         counts: dict[Any, int] | None = None) -> tuple[int | None, list[Any]]:
     """(the first step whose sequence is not the same on every rank that reached it, the ranks
-    not in its largest group), or (None, [])."""
+    not in its largest group), or (None, []). ``counts``: rank -> the steps it ran, where known: a
+    rank that ran step n without compiling anything in it reached n too (a JAX process whose
+    compiled programs are all cached runs nothing the sequences list)."""
     if len(seq) < 2:
         return None, []
+    counts = counts or {}
     steps = sorted({n for per in seq.values() for n in per})
     for n in steps:
-        present = {r: tuple(per.get(n, ())) for r, per in seq.items() if n in per or _reached(per, n)}
+        present = {r: tuple(per.get(n, ())) for r, per in seq.items()
+                   if n in per or _reached(per, n) or counts.get(r, 0) >= n}
         if len(present) < 2:
             continue
         groups = collections.Counter(present.values())
@@ -87,7 +94,7 @@ def divergence(traces: list[RankTrace], by_rank: dict[Any, tuple[list[CompileRow
         if n < top or (not ended[r] and any(ended.values())):
             early.append({"rank": r, "last_step": n, "ended": ended[r]})
     seq = sequences(by_rank)
-    step, odd = first_divergent_step(seq)
+    step, odd = first_divergent_step(seq, last)
     out = Divergence(ranks=[t.rank for t in traces], world_size=world or None, missing_ranks=missing,
                      stopped_early=early, first_step=step, ranks_that_differ=odd, details=[])
     if step is not None:

@@ -1,0 +1,125 @@
+"""The script trace of torchax programs, the quick ones, against JAX's own records of the same
+process (``jax_log_compiles`` and ``jax_explain_cache_misses``, captured inside it by
+``oracle_run.py``) and Python's own traceback of an untraced run:
+
+* ``.item()`` inside a compiled forward: the report names the line, the op and the function as a
+  finding, the traced command exits as the untraced script does, and every compile (all op by op)
+  is JAX's;
+* a hand-written SGD step under ``interop.jax_jit`` whose momentum state appears at the first
+  step, traced with nothing but ``TORCH_XLA_EXT_TRACE`` (``trace --env``): its second compile is a
+  pytree change JAX explains the same way, named as the argument ``momentum_buffers``;
+* the gate: torchax missing, or a JAX without the API the recorder reads, is refused naming the
+  install line or the API.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from tests.trace import jax_log, runs
+
+
+def test_item_inside_a_compiled_forward_is_a_finding_and_the_exit_code_passes_through(tmp_path):
+    name = "torchax_item.py"
+    run = runs.traced_jax_script(tmp_path, name)
+    plain = subprocess.run([sys.executable, runs.script(name)], env=runs.env(JAX_PLATFORMS="cpu"),
+                           capture_output=True, text=True, timeout=runs.TIMEOUT, cwd=runs.ROOT)
+    # Python's own account of the untraced run: the exit status, the error, the line it raised at.
+    assert plain.returncode == run.status == 1, (plain.returncode, run.status)
+    line = runs.line_of(name, "int(lengths.max().item())")
+    assert f'{runs.script(name)}", line {line}, in forward' in plain.stderr
+    assert "ConcretizationTypeError" in plain.stderr and "ConcretizationTypeError" in run.stderr
+    assert "This occurred in the item() method" in plain.stderr  # JAX's own words for the op
+
+    (finding,) = run.report["findings"]
+    assert finding["kind"] == "concretization" and finding["op"] == "item"
+    assert finding["site"].endswith(f"{name}:{line}") and ".item()" in finding["code"]
+    assert finding["function"] == "BagClassifier.forward" and finding["call"] == 1
+    assert finding["call_site"].endswith(f"{name}:{runs.line_of(name, 'fast(ids, lengths)')}")
+    assert any(f"{name}:{line}" in s and "concretization" in s for s in run.report["summary"])
+
+    # JAX compiled nothing for the forward (its trace raised): every compile is op by op.
+    (o,) = run.oracle.values()
+    rows = run.report["compiles"]
+    jax_log.check(o["jax_log"], rows, run.report["ranks"][0])
+    assert all(r["eager"] for r in rows) and "jit(call_torch)" not in jax_log.counts(o["jax_log"])
+    (fn,) = run.report["functions"]
+    assert fn["calls"] == 1 and fn["compiles"] == 0
+
+
+def test_a_momentum_state_created_at_the_first_step_traced_by_the_variable_alone(tmp_path):
+    name = "torchax_train_sgd.py"
+    proc, report, oracle = runs.env_traced_jax_script(tmp_path, name, "--steps", "4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "final loss" in proc.stdout  # the script's own output passes through
+    log = oracle["jax_log"]
+    found = jax_log.check(log, report["compiles"], report["ranks"][0])
+    # JAX: two compiles of the step, the second a pytree change at args[2] (momentum_buffers).
+    assert jax_log.counts(log)["jit(call_torch)"] == 2
+    assert [a["kind"] for a in found] == ["new", "pytree"] and found[1]["jax"] == ["args[2]"]
+    (fn,) = report["functions"]
+    assert fn["name"] == "main.<locals>.sgd_step" and fn["calls"] == 4 and fn["compiles"] == 2
+    second = next(r for r in report["compiles"] if r["k"] == found[1]["k"])
+    (change,) = second["changed"]
+    assert change["name"] == "momentum_buffers" and change["what"] == "structure"
+    assert second["trigger"]["site"].endswith(f"{name}:{runs.line_of(name, '= step_fn(')}")
+    assert second["advice"]
+    # the batch drawn outside the step runs op by op, at the user's line
+    randn = f"{name}:{runs.line_of(name, 'torch.randn(args.batch')}"
+    (group,) = [g for g in report["op_by_op"] if g["site"].endswith(randn)]
+    assert group["op"] == "torch.randn" and group["executions"] == 4
+
+
+_GATE = """
+import importlib.metadata as md, sys
+{prelude}
+from torch_xla_ext import _versions
+for feature in ("trace.torchax", "trace.jax"):
+    try:
+        _versions.require(feature)
+        print(feature, "| passes")
+    except ImportError as e:
+        print(feature, "|", type(e).__name__, "|", str(e).replace("\\n", " / "))
+print("torchax imported |", "torchax" in sys.modules)
+"""
+
+_NO_TORCHAX = """
+real = md.version
+def version(name):
+    if name == "torchax":
+        raise md.PackageNotFoundError(name)
+    return real(name)
+md.version = version
+from tests.jax_call.without_torchax import without_torchax
+without_torchax().__enter__()
+"""
+
+
+def _gate(prelude):
+    code = _GATE.format(prelude=textwrap.dedent(prelude))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return dict(line.split(" | ", 1) for line in r.stdout.splitlines() if " | " in line)
+
+
+def test_torchax_missing_is_refused_naming_the_install_line():
+    lines = _gate(_NO_TORCHAX)
+    kind, message = lines["trace.torchax"].split(" | ", 1)
+    assert kind == "UnsupportedStackError"
+    assert message.startswith("torch_xla_ext.trace (torchax's compiled functions and op-by-op computations) "
+                              "cannot run on this stack: torchax is not installed"), message
+    assert "pip install 'torch-xla-ext[torchax]'" in message and "torchax -" in message
+    assert lines["trace.jax"] == "passes"  # JAX's own compiles are still recorded
+    assert lines["torchax imported"] == "False"
+
+
+def test_a_jax_without_the_compile_listener_is_refused_naming_the_api():
+    lines = _gate("import jax.monitoring\ndel jax.monitoring.register_event_duration_secs_listener\n")
+    for feature in ("trace.jax", "trace.torchax"):
+        kind, message = lines[feature].split(" | ", 1)
+        assert kind == "UnsupportedStackError"
+        assert ("jax.monitoring.register_event_duration_secs_listener (used by _compat/jax_monitoring.py"
+                in message), message
+        assert "install a jax that has these APIs" in message
