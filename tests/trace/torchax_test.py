@@ -5,9 +5,6 @@ process (``jax_log_compiles`` and ``jax_explain_cache_misses``, captured inside 
 * ``.item()`` inside a compiled forward: the report names the line, the op and the function as a
   finding, the traced command exits as the untraced script does, and every compile (all op by op)
   is JAX's;
-* a hand-written SGD step under ``interop.jax_jit`` whose momentum state appears at the first
-  step, traced with nothing but ``TORCH_XLA_EXT_TRACE`` (``trace --env``): its second compile is a
-  pytree change JAX explains the same way, named as the argument ``momentum_buffers``;
 * the gate: torchax missing, or a JAX without the API the recorder reads, is refused naming the
   install line or the API.
 """
@@ -46,29 +43,6 @@ def test_item_inside_a_compiled_forward_is_a_finding_and_the_exit_code_passes_th
     assert all(r["eager"] for r in rows) and "jit(call_torch)" not in jax_log.counts(o["jax_log"])
     (fn,) = run.report["functions"]
     assert fn["calls"] == 1 and fn["compiles"] == 0
-
-
-def test_a_momentum_state_created_at_the_first_step_traced_by_the_variable_alone(tmp_path):
-    name = "torchax_train_sgd.py"
-    proc, report, oracle = runs.env_traced_jax_script(tmp_path, name, "--steps", "4")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "final loss" in proc.stdout  # the script's own output passes through
-    log = oracle["jax_log"]
-    found = jax_log.check(log, report["compiles"], report["ranks"][0])
-    # JAX: two compiles of the step, the second a pytree change at args[2] (momentum_buffers).
-    assert jax_log.counts(log)["jit(call_torch)"] == 2
-    assert [a["kind"] for a in found] == ["new", "pytree"] and found[1]["jax"] == ["args[2]"]
-    (fn,) = report["functions"]
-    assert fn["name"] == "main.<locals>.sgd_step" and fn["calls"] == 4 and fn["compiles"] == 2
-    second = next(r for r in report["compiles"] if r["k"] == found[1]["k"])
-    (change,) = second["changed"]
-    assert change["name"] == "momentum_buffers" and change["what"] == "structure"
-    assert second["trigger"]["site"].endswith(f"{name}:{runs.line_of(name, '= step_fn(')}")
-    assert second["advice"]
-    # the batch drawn outside the step runs op by op, at the user's line
-    randn = f"{name}:{runs.line_of(name, 'torch.randn(args.batch')}"
-    (group,) = [g for g in report["op_by_op"] if g["site"].endswith(randn)]
-    assert group["op"] == "torch.randn" and group["executions"] == 4
 
 
 _GATE = """
