@@ -8,7 +8,7 @@ from typing import Any
 
 from torch_xla_ext import _html
 from torch_xla_ext.trace.report.model import Report
-from torch_xla_ext.trace.report.render import NO_SITE, change_text, has_ranks_section, plural, ranks_phrase
+from torch_xla_ext.trace.report.render import NO_SITE, change_text, has_ranks_section, plural, ranks_phrase, step_at
 
 __all__ = ["render"]
 
@@ -85,7 +85,7 @@ _PAGE = """<!doctype html>
 {% if r.problems %}<ul>{% for p in r.problems %}<li class="bad">{{ p }}</li>{% endfor %}</ul>{% endif %}
 {% set d = r.divergence %}
 {% if ranks_section %}<h2>Ranks</h2>
-{% if d.first_step is not none %}<p class="bad">The ranks' graphs first differ at step {{ d.first_step }}: {{ ranks_phrase(d.ranks_that_differ) }}.</p>
+{% if d.first_step is not none %}<p class="bad">The ranks' graphs first differ at {{ step_at(d.first_step) }}: {{ ranks_phrase(d.ranks_that_differ) }}.</p>
 <ul>{% for row in d.details %}{% for x in row.differences %}<li>rank {{ row.rank }}: {{ change(x) }}</li>{% endfor %}{% endfor %}</ul>
 {% elif d.ranks|length > 1 %}<p class="ok">Every rank compiled and ran the same graphs at every step they all reached.</p>{% endif %}
 {% if d.missing_ranks %}<p class="bad">Missing ranks: {{ d.missing_ranks|join(', ') }}</p>{% endif %}
@@ -112,5 +112,5 @@ def _figure(v: Any) -> str:
 def render(report: Report) -> str:
     env = _html.environment({"page": _PAGE})
     return env.get_template("page").render(r=report, csp=_html.CSP, css=_html.CSS, change=change_text, figure=_figure,
-                                           ranks_section=has_ranks_section(report), ranks_phrase=ranks_phrase,
+                                           ranks_section=has_ranks_section(report), ranks_phrase=ranks_phrase, step_at=lambda n: step_at(report, n),
                                            no_site=NO_SITE, plural=plural)

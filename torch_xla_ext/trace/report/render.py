@@ -14,7 +14,7 @@ from typing import Any
 
 from torch_xla_ext.trace.report.model import CompileRow, Report
 
-__all__ = ["MAX_SUMMARY_LINES", "NO_SITE", "change_text", "has_ranks_section", "plural", "ranks_phrase", "summary_lines",
+__all__ = ["MAX_SUMMARY_LINES", "NO_SITE", "change_text", "has_ranks_section", "plural", "ranks_phrase", "step_at", "summary_lines",
            "to_markdown"]
 
 MAX_SUMMARY_LINES = 20
@@ -180,7 +180,7 @@ def summary_lines(report: Report) -> list[str]:
     d = report.divergence
     if d.first_step is not None:
         odd = d.ranks_that_differ
-        lines.append(f"  ranks diverge at step {d.first_step}: {ranks_phrase(odd)} "
+        lines.append(f"  ranks diverge at {step_at(report, d.first_step)}: {ranks_phrase(odd)} "
                      f"{'runs' if len(odd) == 1 else 'run'} other graphs")
         for row in d.details[:1]:
             for c in row["differences"][:2]:
@@ -194,6 +194,13 @@ def summary_lines(report: Report) -> list[str]:
     if len(lines) > MAX_SUMMARY_LINES:
         lines = lines[:MAX_SUMMARY_LINES - 1] + [lines[-1]]
     return lines
+
+
+def step_at(report: Report, n: int) -> str:
+    """"step 3", or "call 3 of Tagger.forward" where the ranks count calls of a compiled function."""
+    unit = report.ranks[0].unit if report.ranks else "step"
+    word, _, of = unit.partition(" of ")
+    return f"{word} {n}" + (f" of {of}" if of else "")
 
 
 def _unit_word(unit: str) -> str:
@@ -321,7 +328,7 @@ def to_markdown(report: Report) -> str:
         md += ["## Ranks", ""]
         if d.first_step is not None:
             ref = d.details[0]["reference_rank"] if d.details else "?"
-            md.append(f"The ranks' graphs first differ at **step {d.first_step}**: "
+            md.append(f"The ranks' graphs first differ at **{step_at(report, d.first_step)}**: "
                       f"{ranks_phrase(d.ranks_that_differ)} (compared with rank {ref}"
                       + ("; no group of ranks is larger, so either side may be the odd one" if d.no_majority else "")
                       + ").")
