@@ -4,7 +4,7 @@ process (``jax_log_compiles`` and ``jax_explain_cache_misses``, captured inside 
 
 * ``.item()`` inside a compiled forward: the report names the line, the op and the function as a
   finding, the traced command exits as the untraced script does, and every compile (all op by op)
-  is JAX's;
+  is JAX's; its report.json reads back into the same typed report;
 * the gate: torchax missing, or a JAX without the API the recorder reads, is refused naming the
   install line or the API.
 """
@@ -15,6 +15,8 @@ import sys
 import textwrap
 
 from tests.trace import jax_log, runs
+from torch_xla_ext.trace import report as trace_report
+from torch_xla_ext.trace.report import load
 
 
 def test_item_inside_a_compiled_forward_is_a_finding_and_the_exit_code_passes_through(tmp_path):
@@ -43,6 +45,8 @@ def test_item_inside_a_compiled_forward_is_a_finding_and_the_exit_code_passes_th
     assert all(r["eager"] for r in rows) and "jit(call_torch)" not in jax_log.counts(o["jax_log"])
     (fn,) = run.report["functions"]
     assert fn["calls"] == 1 and fn["compiles"] == 0
+    # report.json reads back into the report the rank files build (what the doctor reads)
+    assert load.read_report(os.path.join(run.dir, "report.json")) == trace_report.build_dir(run.dir)
 
 
 _GATE = """

@@ -29,7 +29,8 @@ from torch_xla_ext.trace import startup
 from torch_xla_ext.trace.schema import (READS, RECORDS, SCHEMA_MINOR, SCHEMA_VERSION, Compile, End, Graph, Header,
                                         Problem, RunManifest, Runtime, Site, Step, TraceError, version_text)
 
-__all__ = ["RankTrace", "StartupError", "load_dir", "load_file", "load_run", "rank_files", "startup_errors"]
+__all__ = ["RankTrace", "StartupError", "load_dir", "load_file", "load_run", "rank_files", "read_report",
+           "startup_errors"]
 
 _MAX_LINE = 64 << 20
 R = TypeVar("R")
@@ -161,6 +162,20 @@ def load_run(directory: str) -> tuple[RunManifest | None, str | None]:
         return None, f"{path}: not readable JSON ({e})"
     except TraceError as e:
         return None, str(e)
+
+
+def read_report(path: str) -> Any:
+    """A ``report.json`` written by ``report.write``, validated back into ``model.Report`` (a
+    :class:`~torch_xla_ext.trace.schema.TraceError` naming the file and the field otherwise)."""
+    # Imported here: model imports this module's StartupError.
+    from torch_xla_ext.trace.report.model import Report
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{path}: not a readable report.json ({e})") from None
+    return _validation.validate(Report, obj, TraceError, path)
 
 
 def _newer(major: int) -> str:
