@@ -26,6 +26,7 @@ from typing import Any, Optional, TypeVar
 from torch_xla_ext import _validation
 from torch_xla_ext._compat import xla_debug
 from torch_xla_ext.trace import startup
+from torch_xla_ext.trace.report.model import Report, StartupError
 from torch_xla_ext.trace.schema import (READS, RECORDS, SCHEMA_MINOR, SCHEMA_VERSION, Compile, End, Graph, Header,
                                         Problem, RunManifest, Runtime, Site, Step, TraceError, version_text)
 
@@ -90,14 +91,6 @@ class RankTrace:
         s = self.sites.get(sid)
         return f"{s.file}:{s.line}" if s else ""
 
-
-@dataclasses.dataclass
-class StartupError:
-    """A process whose recorder did not start (``startup-error-<pid>.txt``): what it said."""
-
-    pid: int
-    file: str
-    text: str
 
 
 def rank_files(directory: str) -> list[str]:
@@ -164,12 +157,9 @@ def load_run(directory: str) -> tuple[RunManifest | None, str | None]:
         return None, str(e)
 
 
-def read_report(path: str) -> Any:
+def read_report(path: str) -> Report:
     """A ``report.json`` written by ``report.write``, validated back into ``model.Report`` (a
     :class:`~torch_xla_ext.trace.schema.TraceError` naming the file and the field otherwise)."""
-    # Imported here: model imports this module's StartupError.
-    from torch_xla_ext.trace.report.model import Report
-
     try:
         with open(path, encoding="utf-8") as f:
             obj = json.load(f)

@@ -16,11 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from torch_xla_ext.trace.report.load import StartupError
 from torch_xla_ext.trace.schema import ExceptionInfo, Trigger
 
 __all__ = ["CompileRow", "Divergence", "DynamoSection", "Finding", "FunctionRow", "OpGroup", "RankRow", "Report",
-           "SiteRow", "SyncPoint"]
+           "SiteRow", "StartupError", "SyncPoint"]
 
 
 @dataclasses.dataclass
@@ -190,6 +189,15 @@ class Divergence:
     ranks_that_differ: list[Any]
     details: list[dict[str, Any]]
     no_majority: bool = False
+
+
+@dataclasses.dataclass
+class StartupError:
+    """A process whose recorder did not start (``startup-error-<pid>.txt``): what it said."""
+
+    pid: int
+    file: str
+    text: str
 
 
 @dataclasses.dataclass
