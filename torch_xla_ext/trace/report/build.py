@@ -295,7 +295,8 @@ def _sites(t: RankTrace, compiles: list[CompileRow], prog: Progress) -> list[Sit
         every = known and len(steps) >= EVERY_STEP_MIN and all(s in steps for s in tail) and \
             (len(ran) <= len(steps) + 1 or ran[-1] in steps)
         steps_run = len(ran) if known else max(prog.runs[(kind, site)], len(steps))
-        most = len(cs) >= EVERY_STEP_MIN and 2 * len(cs) > steps_run
+        # steps that compiled, not compiles: Dynamo compiles several frames of one step
+        most = len(steps) >= EVERY_STEP_MIN and 2 * len(steps) > steps_run
         first = cs[0].trigger
         unit = f"{prog.unit}s" if prog.count else "steps"
         advice = ""
@@ -303,7 +304,7 @@ def _sites(t: RankTrace, compiles: list[CompileRow], prog: Progress) -> list[Sit
             advice = (f"Compiles at every {unit[:-1]} it runs: what it compiles changes each time (see what changed); "
                       "the run will not reach a steady state.")
         elif most:
-            advice = (f"Compiled on {len(cs)} of the {steps_run} {unit} it ran: see what changed, and make it the "
+            advice = (f"Compiled on {len(steps)} of the {steps_run} {unit} it ran: see what changed, and make it the "
                       "same on every call.")
         out.append(SiteRow(rank=t.rank, kind=kind, site=site, op=first.op, function=first.function, code=first.code,
                            compiles=len(cs), graphs=len({c.graph_hash for c in cs}), steps_run=steps_run,
