@@ -151,7 +151,8 @@ _LOAD_ADVICE = {
                 "it, or a torchax release that fixes it"),
 }
 
-_lock = threading.Lock()
+# Re-entrant: a probe's import runs the script trace's import hooks, which ask the gate too.
+_lock = threading.RLock()
 _decided: dict[str, str | None] = {}  # feature -> None (passes) or the refusal's message
 
 

@@ -6,7 +6,8 @@ process (``jax_log_compiles`` and ``jax_explain_cache_misses``, captured inside 
   finding, the traced command exits as the untraced script does, and every compile (all op by op)
   is JAX's; its report.json reads back into the same typed report;
 * the gate: torchax missing, or a JAX without the API the recorder reads, is refused naming the
-  install line or the API.
+  install line or the API; asked in a traced process before Dynamo is imported, it answers (the
+  probe's import runs the trace's hook, which asks the gate again).
 """
 
 import os
@@ -101,3 +102,12 @@ def test_a_jax_without_the_compile_listener_is_refused_naming_the_api():
         assert ("jax.monitoring.register_event_duration_secs_listener (used by _compat/jax_monitoring.py"
                 in message), message
         assert "install a jax that has these APIs" in message
+
+
+def test_the_gate_asked_before_dynamo_imports_in_a_traced_process(tmp_path):
+    # The probe imports torch._dynamo, whose import hook (the trace's Dynamo half) asks the gate
+    # again from inside the first question: it answers instead of waiting on itself.
+    code = "from torch_xla_ext import _versions; print('graph_breaks', _versions.available('graph_breaks'))"
+    status, out, err, _ = runs.traced(tmp_path / "trace", [sys.executable, "-c", code], timeout=240)
+    assert status == 0 and out == "graph_breaks True\n", err[-3000:]
+

@@ -207,7 +207,9 @@ MOVED = {
 }
 
 _resolved: dict[str, str | None] = {}
-_lock = threading.Lock()
+# Re-entrant: resolving a name imports modules whose import hooks (the script trace's)
+# resolve names too.
+_lock = threading.RLock()
 
 
 def resolve(name: str) -> str | None:
