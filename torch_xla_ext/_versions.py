@@ -102,6 +102,8 @@ FEATURES: dict[str, Feature] = {
                           ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug", "torch_xla.op_metadata",
                            "torch_xla.scan",
                            "torch.pytree", "jax.mlir", "jaxlib.mhlo")),
+    "parity.torchax": Feature("torch_xla_ext.parity's torchax run and replays (frontend='torchax')",
+                              ("torch.pytree", "torchax", "torchax.run", "jax.mlir", "jaxlib.mhlo")),
     # Dynamo's half of the ledger needs torch alone; the openxla bridge's partitions and XLA's
     # compiles and executions need torch_xla.
     "graph_breaks": Feature("torch_xla_ext.graph_breaks (Dynamo's half)", ("torch.dynamo", "torch.trace", "torch.pytree")),

@@ -102,7 +102,7 @@ def _compile(run: ProgramRun, cuts: Sequence[int], rules: str | Rules, device: s
 def start_early(record: RunRecord, run: ProgramRun, cuts: Sequence[int]) -> None:
     """The XLA run stage's ``early``: the replays' compile, started on the run's program before
     torch_xla compiles and executes it (both release the GIL)."""
-    record.early.start(_compile, run, list(cuts), record.request.rules, _device.current())
+    record.early.start(_compile, run, list(cuts), record.request.rules, record.device or _device.current())
 
 
 def replay_program(run: ProgramRun | None, compiled: Compiled | None, n_outputs: int,
