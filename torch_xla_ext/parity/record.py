@@ -36,7 +36,7 @@ from torch_xla_ext.parity.captures import Capture, ModuleCall
 from torch_xla_ext.parity.program.replay import LazyArgs
 from torch_xla_ext.parity.program.rules import XLA_CPU, Rules
 from torch_xla_ext.parity.program.stablehlo import Program
-from torch_xla_ext.parity.report import LayerParity, ModuleParity, OutputParity
+from torch_xla_ext.parity.report import LayerParity, ModuleParity, Narrowed, OutputParity
 from torch_xla_ext.parity.user_code import UserFailure
 
 __all__ = ["Early", "ModulePass", "Narrowed", "Outputs", "PerLayer", "ProgramRun", "Replayed", "Request",
@@ -103,20 +103,6 @@ def _program(source: bytes | str | None, excess_precision: bool = True) -> Progr
     if isinstance(source, str):
         return Program(source, excess_precision=excess_precision)
     return Program.from_hlo_proto(source, excess_precision=excess_precision)
-
-
-@dataclasses.dataclass(frozen=True)
-class Narrowed:
-    """A tensor torch computes in 64 bits and the run in 32 (JAX's x64 mode off): ``dtype`` (torch's,
-    "float64" or "int64"), the torch call that made it (``op``), the module whose forward ran it
-    (its path, "" for the model itself; None outside any), and the model's line (``source``
-    "file:line" and ``source_line``; None where no frame of the model's code made it)."""
-
-    dtype: str
-    op: str
-    module: str | None
-    source: str | None
-    source_line: str | None
 
 
 @dataclasses.dataclass

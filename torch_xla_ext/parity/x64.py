@@ -26,23 +26,14 @@ from typing import Any
 import torch
 
 from torch_xla_ext.parity.leaves import tensor_leaves
-from torch_xla_ext.parity.record import Narrowed
+from torch_xla_ext.parity.report import Narrowed
 from torch_xla_ext.parity.user_code import live_frames, site
 
-__all__ = ["FIX", "LIMIT", "SixtyFourBit", "wide_dtypes"]
+__all__ = ["LIMIT", "SixtyFourBit"]
 
 # Tensors kept per run (the first, in the order the model made them): a report names a few lines.
 LIMIT = 256
 _WIDE = {torch.float64: "float64", torch.int64: "int64"}
-# The fix, and what it costs (the words of the x64 cause).
-FIX = ("torchax.enable_accuracy_mode() or jax.config.update(\"jax_enable_x64\", True) before the run (64-bit "
-       "tensors then take twice the memory and bandwidth, and a TPU computes float64 in software, many times "
-       "slower; enable_accuracy_mode also sets JAX's default matmul precision to highest)")
-
-
-def wide_dtypes(narrowed: tuple[Narrowed, ...]) -> str:
-    """"float64 and int64" for the dtypes among ``narrowed``."""
-    return " and ".join(dict.fromkeys(n.dtype for n in narrowed))
 
 
 class SixtyFourBit(torch.overrides.TorchFunctionMode):

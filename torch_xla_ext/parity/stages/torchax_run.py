@@ -39,6 +39,7 @@ from typing import Any, Callable
 import torch
 
 from torch_xla_ext._compat import torchax_run as _tx
+from torch_xla_ext._compat.pytree import tree_leaves
 from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity import capturing
 from torch_xla_ext.parity.captures import Capture
@@ -153,7 +154,9 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
         else:
             reads = _tx.Reads()
             try:
-                out = _tx.eager(model, a, k, reads, recorder if recorder is not None else _run_eager(stage))
+                out = _tx.eager(model, a, k, reads,
+                                (lambda m, a_, k_: recorder(stage, m, a_, k_)) if recorder is not None
+                                else _run_eager(stage))
             except UserFailure as f:
                 raise FrontendRunError(f"torchax cannot run {type(fn).__name__} (it ran on the CPU): "
                                        f"{_why(f.error, model)}") from f.error
@@ -165,7 +168,7 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
                 except Exception as e:  # noqa: BLE001 - the trace of the user's model failed: replays unavailable, said
                     program = ProgramRun(None, None, f"torchax's eager run could not be traced as one program: "
                                                      f"{_why(e, model)}")
-        wide = _wide(fn, model, a, k, like, dtype, reads if outputs is not None and how else None) if (
+        wide = _wide(fn, model, a, k, like, (args, kwargs), dtype, reads if outputs is not None and how else None) if (
             capture_hlo and program is not None and program.proto is not None and not _tx.x64_enabled()) else None
     return XlaRun(outputs, program, None, how, wide)
 
@@ -180,7 +183,8 @@ def _run_eager(stage: str) -> Callable[..., Any]:
     return lambda m, a, k: call(stage, m, a, k)
 
 
-def _wide(fn: Any, model: Any, a: tuple, k: dict, like: tuple, dtype: Any, reads: Any) -> WideProgram | None:
+def _wide(fn: Any, model: Any, a: tuple, k: dict, like: tuple, given: tuple, dtype: Any,
+          reads: Any) -> WideProgram | None:
     """The wide program (x64 on) and the tensors the run computed narrower; None when torch makes no
     64-bit tensor (or the trace with x64 on fails)."""
     modules = {id(m): p for p, m in model.named_modules()} if isinstance(model, torch.nn.Module) else {}
@@ -191,7 +195,7 @@ def _wide(fn: Any, model: Any, a: tuple, k: dict, like: tuple, dtype: Any, reads
         return None
     if not watch.narrowed and not _wide_arguments(lowering, like):
         return None
-    args = LazyArgs([_maker(kind, key, fn, like, dtype) for kind, key in lowering.order])
+    args = LazyArgs([_maker(kind, key, fn, given, dtype) for kind, key in lowering.order])
     return WideProgram(ProgramRun(lowering.text, args), tuple(watch.narrowed))
 
 
@@ -199,20 +203,19 @@ def _wide_arguments(lowering: Any, like: tuple) -> bool:
     return "xf64>" in lowering.text or "xi64>" in lowering.text.split("{", 2)[1]
 
 
-def _maker(kind: str, key: Any, fn: Any, like: tuple, dtype: Any) -> Any:
+def _maker(kind: str, key: Any, fn: Any, given: tuple, dtype: Any) -> Any:
     """The wide program's argument ``(kind, key)`` (``_compat.torchax_run.Lowering.order``) from the
-    user's own tensors, cast as the run cast them."""
+    user's own tensors (``fn``'s weights, ``given``: the user's (args, kwargs)), cast as the run cast
+    them."""
     if kind == "parameter":
         return _Lazy(fn.get_parameter(key), dtype)
     if kind == "buffer":
         return _Lazy(fn.get_buffer(key), dtype)
-    return _Lazy(_tensor_inputs(like)[key], dtype)
+    return _Lazy(_tensor_inputs(given)[key], dtype)
 
 
-def _tensor_inputs(like: tuple) -> list:
-    from torch_xla_ext._compat.pytree import tree_leaves
-
-    return [t for t in tree_leaves((tuple(like[1]), dict(like[2]))) if isinstance(t, torch.Tensor)]
+def _tensor_inputs(given: tuple) -> list:
+    return [t for t in tree_leaves((tuple(given[0]), dict(given[1]))) if isinstance(t, torch.Tensor)]
 
 
 def capture(model: Any, inputs: tuple, kwargs: dict, dtype: Any, seed: int, device: Any = None, *,
