@@ -29,18 +29,20 @@ __all__ = ["Frontend", "of"]
 class Frontend:
     """A frontend's parts: ``stage(early, program=)`` (the run stage), ``capture(model, inputs,
     kwargs, dtype, seed, device, program=)`` (a hooked run's capture), ``feature`` (the gate's) and
-    ``uses_xla`` (the run imports torch_xla: the runner imports it first)."""
+    ``uses_xla`` (the run imports torch_xla: the runner imports it first) and ``scans`` (it has a
+    scan of layers for ``scan_layers`` to check: torch_xla's ``scan_layers``)."""
 
     name: str
     feature: str
     stage: Callable[..., Any]
     capture: Callable[..., Any]
     uses_xla: bool
+    scans: bool
 
 
 _FRONTENDS = {
-    "torch_xla": Frontend("torch_xla", "parity.xla", xla_run.stage, xla_run.capture, True),
-    "torchax": Frontend("torchax", "parity.torchax", torchax_run.stage, torchax_run.capture, False),
+    "torch_xla": Frontend("torch_xla", "parity.xla", xla_run.stage, xla_run.capture, True, True),
+    "torchax": Frontend("torchax", "parity.torchax", torchax_run.stage, torchax_run.capture, False, False),
 }
 
 
