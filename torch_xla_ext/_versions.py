@@ -334,6 +334,8 @@ def _refusal(feature: str) -> str | None:
                 problems.append(f"{d} {have[d]} does not load: {why}")
                 advice.append(f"install the {d} that matches the rest of the stack (torch_xla's _XLAC links the "
                               f"torch it was built with; jax needs the jaxlib of its release)")
+                if d in EXTRA:  # an optional frontend: the extra installs the tested one
+                    advice.append(_INSTALL[d])
                 if d == "torch_xla" and _torch_commit_of_torch_xla():
                     advice.append(f"torch_xla {have[d]} was built against torch commit {_torch_commit_of_torch_xla()} "
                                   f"(torch_xla/version.py's __torch_gitrev__): install the torch release or build of "

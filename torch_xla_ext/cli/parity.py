@@ -48,10 +48,10 @@ def _layers(model, spec: str, flag: str):
 
 
 def _run(args: argparse.Namespace) -> int:
+    frontend = _frontend.check(args.frontend, "--frontend")  # before the imports below: a bad name costs nothing
     from torch_xla_ext import parity  # torch, torch_xla and JAX: not for `torch-xla-ext --help`
 
     tol = {} if args.rtol is None and args.atol is None else {"rtol": args.rtol, "atol": args.atol}
-    frontend = _frontend.check(args.frontend, "--frontend")
     if args.model is None:
         for flag in ("reference", "capture", "compare_capture", "scan_layers"):
             if getattr(args, flag):
