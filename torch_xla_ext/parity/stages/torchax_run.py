@@ -124,6 +124,7 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
         flatten = _flattener(paths)
         program: ProgramRun | None = None
         how = None
+        reads = None  # the values the eager run read back to Python (None: the compiled run)
 
         def lowered(lowering: _tx.Lowering, reads: Any = None, excess_precision: bool = True) -> None:
             nonlocal program
@@ -168,7 +169,7 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
                 except Exception as e:  # noqa: BLE001 - the trace of the user's model failed: replays unavailable, said
                     program = ProgramRun(None, None, f"torchax's eager run could not be traced as one program: "
                                                      f"{_why(e, model)}")
-        wide = _wide(fn, model, a, k, like, (args, kwargs), dtype, reads if outputs is not None and how else None) if (
+        wide = _wide(fn, model, a, k, like, (args, kwargs), dtype, reads) if (
             capture_hlo and program is not None and program.proto is not None and not _tx.x64_enabled()) else None
     return XlaRun(outputs, program, None, how, wide)
 
