@@ -1,7 +1,8 @@
 """Parity under frontend="torchax": a model whose differences are rounding only gets no "real
 difference" (fp32 and bf16), a 2% single-weight bug planted on the torchax side is found at its
 module, a capture made through torchax is compared from its file, and bad input (an unknown
-frontend, a capture of another frontend, a device for torchax) raises a typed error naming it.
+frontend, a capture of another frontend, a device for torchax, a model torchax cannot run) raises a
+typed error naming it.
 
 The oracles: the fp64 golden and CPU eager (verify's own), where the bug was planted
 (``planted.py``), and JAX's own device list for the device the report names."""
@@ -72,6 +73,21 @@ def test_torchax_refuses_what_it_does_not_have():
         parity.scan_layers(list(model.blocks), args[0], frontend="torchax")
     with pytest.raises(ParityError, match="device: the torchax frontend runs on JAX's default device"):
         parity.capture(model, args, frontend="torchax", device="xla:0")
+
+
+class _CpuTable(torch.nn.Module):
+    """Adds a table made on the CPU (no device=): torchax cannot mix it with its own tensors."""
+
+    def forward(self, x):
+        return x + torch.arange(x.shape[-1], dtype=x.dtype)  # the CPU tensor
+
+
+def test_a_model_torchax_cannot_run_is_named_with_its_line():
+    with pytest.raises(parity.FrontendRunError) as e:
+        parity.verify(_CpuTable(), (torch.ones(2, 4),), frontend="torchax")
+    message = str(e.value)
+    assert message.startswith("torchax cannot run _CpuTable (it ran on the CPU)")
+    assert "torchax_test.py" in message and "# the CPU tensor" in message
 
 
 def test_cli_names_the_unknown_frontend(capsys):
