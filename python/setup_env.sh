@@ -35,17 +35,37 @@ py_id=$("$base_python" -c 'import sys; print(sys.version)')
 key=$( { cat "$req"; echo "$py_id"; } | sha256sum | cut -c1-12)
 venv_root=${TXE_VENV_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/torch_xla_ext}
 venv="$venv_root/venv-$key"
-if [ ! -f "$venv/.txe-complete" ]; then
-  log "creating $venv from $req (about 2 minutes and 7.6 GB on a fresh machine)"
-  rm -rf "$venv"
-  mkdir -p "$venv_root"
-  "$base_python" -m venv "$venv"
+pip_install() {
   # (grep drops pip warnings about index folders that some machines configure but lack)
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" \
     2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+# uv installs the same exact pins as pip, about 4 times faster on a cold machine (it neither
+# byte-compiles 7.6 GB of packages up front nor unpacks them one at a time); uv itself is pinned in
+# python/tool_requirements/uv.txt and kept in its own cached tool venv. TXE_INSTALLER=pip, or no
+# uv to be had, installs with pip. uv does not read pip's configuration: an index pip is pointed
+# at (PIP_INDEX_URL or pip.conf) is passed on.
+uv_install() {
+  local tool uv index
+  [ "${TXE_INSTALLER:-uv}" = uv ] || return 1
+  tool=$("$base_python" "$root/python/tool_venv.py" uv 2>/dev/null) || { log "uv unavailable: pip installs the venv"; return 1; }
+  uv="$tool/bin/uv"
+  index=${PIP_INDEX_URL:-$("$base_python" -m pip config get global.index-url 2>/dev/null || true)}
+  "$uv" pip install --quiet --python "$venv/bin/python" ${index:+--default-index "$index"} -r "$req" \
+    || { log "uv failed: pip installs the rest"; return 1; }
+}
+if [ ! -f "$venv/.txe-complete" ]; then
+  log "creating $venv from $req (about 3 minutes and 7.6 GB on a fresh machine)"
+  rm -rf "$venv"
+  mkdir -p "$venv_root"
+  "$base_python" -m venv "$venv"
+  uv_install || pip_install
   touch "$venv/.txe-complete"
 fi
 ln -sfn "$venv" "$root/.venv"
+# `torch-xla-ext` in the venv runs the package of the checkout it is called from (the venv is
+# shared by checkouts; python/checkout_launcher.py says how it picks one).
+"$venv/bin/python" "$root/python/checkout_launcher.py" "$venv" >/dev/null
 
 # --- versions: the same check `import torch_xla_ext` makes -------------------------------
 PYTHONPATH="$root" "$root/.venv/bin/python" - <<'PY'
