@@ -15,7 +15,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # --- system packages -----------------------------------------------------------------
 apt_pkgs=()
 command -v bazel >/dev/null 2>&1 || apt_pkgs+=(bazel-bootstrap)
-dpkg -L googletest 2>/dev/null | grep -q 'gtest-all.cc$' || apt_pkgs+=(libgtest-dev googletest)
+# (grep reads to the end: -q would stop early, and pipefail would count dpkg's SIGPIPE as absent)
+dpkg -L googletest 2>/dev/null | grep 'gtest-all.cc$' >/dev/null || apt_pkgs+=(libgtest-dev googletest)
 # XLA's schema (third_party/xla) is compiled with Debian's protoc and linked with its runtime.
 command -v protoc >/dev/null 2>&1 || apt_pkgs+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/message.h ] || apt_pkgs+=(libprotobuf-dev)
