@@ -1,10 +1,13 @@
 # Quick start: `make example` (set up, then the main job on the embedded example) and
-# `make test` (set up, then every C++ and Python test with `bazel test //...`).
+# `make test` (set up, then every component's C++ and Python tests: the first tier, `bazel test
+# //... --test_tag_filters=-tier2`). `make test-all` adds the second tier (targets tagged tier2:
+# the zoo and stability sweeps, other stacks' and CPythons' venvs, fresh-venv installs, the wheels
+# of every CPython), as CI does (.ci/run).
 SHELL := /bin/bash
 PY := .venv/bin/python
 EXT_SUFFIX = $$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 
-.PHONY: setup develop example test wheel wheels bench stubs
+.PHONY: setup develop example test test-all wheel wheels bench stubs
 
 setup:
 	@python/setup_env.sh
@@ -23,6 +26,9 @@ example: develop
 
 test: setup
 	@python/run_tests.sh
+
+test-all: setup
+	@python/run_tests.sh --all
 
 wheel: setup
 	@$(PY) -m pip wheel --no-deps . -w dist/

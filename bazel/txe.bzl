@@ -4,6 +4,13 @@ load("//bazel:python_configure.bzl", "wheel_tag")
 
 TXE_COPTS = ["-Wextra", "-Wno-unused-parameter"]
 
+# The second tier: breadth that costs minutes (zoo and stability sweeps, other stacks' and
+# CPythons' venvs, fresh-venv installs, outside tools on real models). `make test` (README's
+# command) leaves these targets out (--test_tag_filters=-tier2); `make test-all` and CI
+# (.ci/run, after README's command) run them. A test tagged so needs a faster sibling that keeps
+# its component's capability in the first tier.
+TIER2 = "tier2"
+
 def txe_cc_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
     """A C++17 library of the core: no Python, linkable alone by a torch_xla fork."""
     native.cc_library(
@@ -137,7 +144,7 @@ def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size =
     python/tool_requirements, e.g. "torch_2_14_1"), with the wheel (`wheel`: the one of that
     venv's CPython) installed there with `extras`, offline, `pip check` clean; the file's
     `prepare(out_dir)`, if any, runs first on the pinned stack (tests/stacks/run_in_venv.py).
-    Manual and exclusive (the venv comes from the registry on a cold machine), tagged
+    Manual and exclusive (the venv comes from the registry on a cold machine), second tier, tagged
     "stack_venv": .ci/run runs every target with that tag, so a new one needs no CI edit."""
     native.py_test(
         name = name,
@@ -147,19 +154,23 @@ def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size =
         data = data + [src, wheel],
         deps = ["//python:tool_venv", "//tests/packaging:wheels", "//torch_xla_ext"],  # prepare() runs on the pinned stack
         size = size,
-        tags = tags + ["python", "manual", "exclusive", "stack_venv"],
+        tags = tags + ["python", "manual", "exclusive", "stack_venv", TIER2],
         python_version = "PY3",
         srcs_version = "PY3",
         **kwargs
     )
 
-def txe_py_test_groups(src, groups, sizes = {}, **kwargs):
+def txe_py_test_groups(src, groups, sizes = {}, tier2 = [], **kwargs):
     """One txe_py_test per entry of `groups` ({target name: pytest -k expression}) over the same
-    file, so Bazel runs the groups side by side; `sizes` overrides `size` per target."""
+    file, so Bazel runs the groups side by side; `sizes` overrides `size` per target, and the
+    targets named in `tier2` get the TIER2 tag (a file's fast core in `make test`, its sweep in
+    the second tier)."""
     for name, k in groups.items():
         args = dict(kwargs)
         if name in sizes:
             args["size"] = sizes[name]
+        if name in tier2:
+            args["tags"] = args.get("tags", []) + [TIER2]
         txe_py_test(name = name, src = src, k = k, **args)
 
 def txe_cc_proto_library(name, srcs, deps = [], **kwargs):

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# `make test`: every C++ and Python test through `bazel test //...`, then one summary line of
-# test cases counted from this invocation's results (never stale logs of earlier runs).
+# `make test`: the first tier, every component's C++ and Python tests, through
+# `bazel test //... --test_tag_filters=-tier2`; `make test-all` (`--all`): both tiers, //... and
+# every target tagged tier2, manual ones included (the other stacks' and CPythons' venvs, the
+# fresh-venv installs, each with the wheels it installs as data). Then one summary line of test
+# cases counted from this invocation's results (never stale logs of earlier runs). Other
+# arguments go to `bazel test`.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -8,7 +12,15 @@ bep=$(mktemp -t txe-bep.XXXXXX.json)
 trap 'rm -f "$bep"' EXIT
 flags=(--build_event_json_file="$bep")
 [ -n "${CI:-}" ] && flags+=(--config=ci)
-bazel test "${flags[@]}" //... "$@"
+targets=(//...)
+if [ "${1:-}" = "--all" ]; then
+  shift
+  mapfile -t tier2 < <(bazel query --output=label 'attr(tags, "\btier2\b", //...)') || exit 1
+  targets+=("${tier2[@]}")
+else
+  flags+=(--test_tag_filters=-tier2)
+fi
+bazel test "${flags[@]}" "${targets[@]}" "$@"
 rc=$?
 .venv/bin/python python/test_summary.py "$bep" || rc=${rc:-1}
 exit $rc
