@@ -20,7 +20,9 @@ if [ "${1:-}" = "--all" ]; then
 else
   flags+=(--test_tag_filters=-tier2)
 fi
+t0=$SECONDS
 bazel test "${flags[@]}" "${targets[@]}" "$@"
 rc=$?
+echo "bazel test: $(( SECONDS - t0 )) s (the C++ build included where it was not cached)"
 .venv/bin/python python/test_summary.py "$bep" || rc=${rc:-1}
 exit $rc

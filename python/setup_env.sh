@@ -11,6 +11,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 req="$root/python/requirements.txt"
 base_python=${TXE_BASE_PYTHON:-python3}
 log() { printf '[setup] %s\n' "$*" >&2; }
+t0=$SECONDS
 
 # --- system packages -----------------------------------------------------------------
 apt_pkgs=()
@@ -28,6 +29,7 @@ if ((${#apt_pkgs[@]})); then
   log "installing with apt: ${apt_pkgs[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
+  log "apt: $(( SECONDS - t0 )) s"
 fi
 
 # --- the venv ------------------------------------------------------------------------
@@ -60,8 +62,10 @@ if [ ! -f "$venv/.txe-complete" ]; then
   rm -rf "$venv"
   mkdir -p "$venv_root"
   "$base_python" -m venv "$venv"
+  t_venv=$SECONDS
   uv_install || pip_install
   touch "$venv/.txe-complete"
+  log "venv: $(( SECONDS - t_venv )) s"
 fi
 ln -sfn "$venv" "$root/.venv"
 # `torch-xla-ext` in the venv runs the package of the checkout it is called from (the venv is
