@@ -109,12 +109,12 @@ def test_installing_again_keeps_the_file_and_a_change_replaces_it(layout):
 def test_the_real_package_of_this_checkout(tmp_path):
     # This checkout (the runfiles tree, or the source tree under plain pytest) with its built
     # extension, through a venv link: the command line's own --version.
-    root = pathlib.Path(torch_xla_ext.__file__).resolve().parent.parent
+    package = pathlib.Path(torch_xla_ext.__file__).parent  # unresolved: Bazel's runfiles hold the extension
     venv = tmp_path / "venv"
     _install(venv)
     co = tmp_path / "co"
     co.mkdir()
-    (co / "torch_xla_ext").symlink_to(root / "torch_xla_ext")
+    (co / "torch_xla_ext").symlink_to(package)
     (co / ".venv").symlink_to(venv)
     r = _run([co / ".venv" / "bin" / "torch-xla-ext", "--version"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
