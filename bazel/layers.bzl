@@ -28,6 +28,11 @@ TXE_PY_LAYERS = [
     ("_plot", ["_plot.py"], []),
     ("_device", ["_device.py"], ["errors"]),
     ("_factory", ["_factory.py"], ["errors"]),
+    # Dynamo's, AOTAutograd's and the openxla bridge's events as typed values: what graph_breaks'
+    # watch hands its sinks and the script trace writes and reads back (one vocabulary for both).
+    ("_dynamo_events", ["_dynamo_events.py"], []),
+    # The one list of frontends ("torch_xla", "torchax") and the one check of a `frontend` argument.
+    ("_frontend", ["_frontend.py"], ["errors"]),
     # The extension module and the shared libraries next to it (data of the py_library); its
     # module init imports errors (C++ Status -> our exception classes).
     ("_ext", [], ["errors"]),
@@ -44,12 +49,12 @@ TXE_PY_LAYERS = [
     ("numerics", ["numerics.py"], ["_dtypes", "_ext", "_json", "_versions", "errors"]),
     ("collectives", ["collectives.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
     ("jax_call", ["jax_call.py"], ["_cache", "_compat", "_dtypes", "_ext", "_versions", "errors"]),
-    ("export", ["export/**/*.py"], ["_cache", "_compat", "_dtypes", "_ext", "_json", "_mlir_graph", "_mlir_text", "_validation", "_versions", "errors"]),
-    ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_ext", "_factory", "_html", "_json", "_plot", "_validation", "_versions", "errors"]),
+    ("export", ["export/**/*.py"], ["_cache", "_compat", "_dtypes", "_ext", "_frontend", "_json", "_mlir_graph", "_mlir_text", "_validation", "_versions", "errors"]),
+    ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_dynamo_events", "_ext", "_factory", "_html", "_json", "_plot", "_validation", "_versions", "errors"]),
     # The script trace: its recorder runs inside the user's processes (Dynamo's half through graph_breaks' watch).
-    ("trace", ["trace/**/*.py"], ["_compat", "_dtypes", "_ext", "_html", "_json", "_validation", "_versions", "errors", "graph_breaks"]),
+    ("trace", ["trace/**/*.py"], ["_compat", "_dtypes", "_dynamo_events", "_ext", "_html", "_json", "_validation", "_versions", "errors", "graph_breaks"]),
     ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_mlir_text", "_plot", "_validation", "_versions", "errors", "numerics"]),
     # Composition and the command line.
     ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
-    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "_json", "_versions", "doctor", "errors", "export", "graph_breaks", "numerics", "parity", "trace"]),
+    ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "_frontend", "_json", "_versions", "doctor", "errors", "export", "graph_breaks", "numerics", "parity", "trace"]),
 ]

@@ -11,6 +11,8 @@ resolves cleanly (README, "Install"):
     xla    the tested stack, requirements.txt's exact pins (torch, torch-xla, jax, jaxlib)
     jax    jax[cpu] from the pin on, and flatbuffers (jax.export): the JAX-only route
     torch  torch from the pin on, no torch_xla, no jax: the current-torch route
+    torchax  torchax (and optax, which torchax.train imports) with torch and jax[cpu], each from
+           the pin on, no torch_xla: the torchax frontend's route
     plot   matplotlib, for the reports' PNG plots
 """
 
@@ -60,6 +62,8 @@ JAX_MARKER = 'python_version >= "3.11"'
 ROUTES = {
     "jax": {"jax[cpu]": None, "flatbuffers": ">=24.3"},  # flatbuffers: jax.export's (de)serialization
     "torch": {"torch": None},
+    # torchax requires nothing itself: the route brings the torch and JAX it runs on.
+    "torchax": {"torchax": None, "optax": None, "torch": None, "jax[cpu]": None, "flatbuffers": ">=24.3"},
 }
 # Reproducible bytes: every member, RECORD included, carries this date.
 SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest a zip can say

@@ -67,6 +67,15 @@ if [ ! -f "$venv/.txe-complete" ]; then
   touch "$venv/.txe-complete"
   log "venv: $(( SECONDS - t_venv )) s"
 fi
+# torch_xla's wheel ships its own copy of torchax's files (the 0.0.6-era code) under the same
+# `torchax/` folder, and pip installs the two distributions in no fixed order: whichever comes
+# last owns the files. The pinned torchax must win, so its files are put back whenever they are
+# not the ones its own RECORD lists (a check of one hash; no import).
+if ! "$venv/bin/python" "$root/python/check_record.py" torchax; then
+  log "torchax's files are torch_xla's bundled copy: reinstalling the pinned torchax over them"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall \
+    "$(grep -i '^torchax==' "$req")" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+fi
 ln -sfn "$venv" "$root/.venv"
 # `torch-xla-ext` in the venv runs the package of the checkout it is called from (the venv is
 # shared by checkouts; python/checkout_launcher.py says how it picks one).

@@ -55,6 +55,10 @@ from torch_xla_ext.errors import TorchXlaExtError, first_line
 # PINS_FILE in the wheel, which python/build_wheel.py writes from the same file and turns into the
 # wheel's "xla" extra (tests/packaging/versions_test.py ties the three).
 STACK = ("torch", "torch_xla", "jax", "jaxlib")
+# Distributions beyond the stack that a frontend's features need (pinned in requirements.txt too,
+# installed by the wheel's "torchax" extra).
+EXTRA = ("torchax",)
+DISTRIBUTIONS = STACK + EXTRA
 PINS_FILE = "_pins.txt"
 REQUIREMENTS = pathlib.Path("python", "requirements.txt")
 
@@ -95,19 +99,25 @@ FEATURES: dict[str, Feature] = {
     "parity.replay": Feature("torch_xla_ext.parity's replays of a program (replay, compare_capture)",
                              ("torch.pytree", "jax.mlir", "jaxlib.mhlo")),
     "parity.xla": Feature("torch_xla_ext.parity's XLA run and replays",
-                          ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug", "torch_xla.scan",
+                          ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug", "torch_xla.op_metadata",
+                           "torch_xla.scan",
                            "torch.pytree", "jax.mlir", "jaxlib.mhlo")),
     # Dynamo's half of the ledger needs torch alone; the openxla bridge's partitions and XLA's
     # compiles and executions need torch_xla.
     "graph_breaks": Feature("torch_xla_ext.graph_breaks (Dynamo's half)", ("torch.dynamo", "torch.trace", "torch.pytree")),
     "graph_breaks.openxla": Feature("torch_xla_ext.graph_breaks (the openxla bridge and XLA's metrics)",
-                                    ("torch_xla.runtime", "torch_xla.dynamo_bridge", "torch_xla.metrics")),
+                                    ("torch_xla.runtime", "torch_xla.dynamo_bridge", "torch_xla.lazy",
+                                     "torch_xla.metrics")),
     # The script trace likewise: Dynamo's half needs torch alone; the lazy-tensor half (the step
     # marker, torch_xla's compiles and the bridge's partitions) needs torch_xla.
     "trace": Feature("torch_xla_ext.trace (Dynamo's half)", ("torch.dynamo", "torch.trace")),
     "trace.lazy": Feature("torch_xla_ext.trace (lazy tensors and the openxla bridge)",
-                          ("torch_xla.runtime", "torch_xla.lazy", "torch_xla.metrics", "torch_xla.dynamo_bridge")),
+                          ("torch_xla.runtime", "torch_xla.lazy", "torch_xla.ir_debug", "torch_xla.metrics",
+                           "torch_xla.dynamo_bridge")),
     "doctor": Feature("torch_xla_ext.doctor", ("torch_xla.runtime", "torch.pytree")),
+    # The torchax frontend's export: torch.export, torchax's lowering and JAX; no torch_xla.
+    "export.torchax": Feature("torch_xla_ext.export.export(frontend='torchax')",
+                              ("torch.pytree", "torchax", "jax.mlir", "jax.export")),
 }
 
 # What to do when a distribution is missing, by distribution.
@@ -119,6 +129,7 @@ _INSTALL = {
               "torch_xla); with torch_xla, the torch its build links: `pip install 'torch-xla-ext[xla]'`"),
     "jax": "`pip install 'torch-xla-ext[jax]'` (jax[cpu] 0.7.1 or newer; jax 0.7.1 and later need CPython 3.11+)",
     "jaxlib": "`pip install 'torch-xla-ext[jax]'` (jax[cpu] brings the jaxlib of its release)",
+    "torchax": "`pip install 'torch-xla-ext[torchax]'` (torchax, and optax, which torchax.train imports)",
 }
 
 _lock = threading.Lock()
@@ -173,6 +184,15 @@ def required() -> dict[str, str]:
     return stack_pins(parse_pins(path.read_text(), str(path)), str(path))
 
 
+@functools.cache
+def _extra_pins() -> dict[str, str]:
+    """{name in EXTRA: version} of those the pins file pins (a checkout's requirements.txt pins
+    them; a wheel's _pins.txt holds the stack alone)."""
+    path = pins_path()
+    pins = parse_pins(path.read_text(), str(path))
+    return {n: pins[canonical(n)] for n in EXTRA if canonical(n) in pins}
+
+
 # Local version tags of a release's own builds (torch's +cpu, +cu128, +rocm6.4, +xpu): the same
 # release. Any other local tag (+gited8a445) is a build from other sources.
 _BUILD_TAG = re.compile(r"cpu|cu\d+|rocm[\d.]+|xpu")
@@ -185,9 +205,9 @@ def _same_build(version: str, pin: str) -> bool:
 
 
 def installed() -> dict[str, str | None]:
-    """{name in STACK: installed version, or None}, from package metadata (nothing imported)."""
+    """{name in DISTRIBUTIONS: installed version, or None}, from package metadata (nothing imported)."""
     found: dict[str, str | None] = {}
-    for name in STACK:
+    for name in DISTRIBUTIONS:
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -196,7 +216,8 @@ def installed() -> dict[str, str | None]:
 
 
 def summary() -> str:
-    """'CPython 3.11.7, torch 2.9.0+cu128, torch_xla 2.9.0, jax 0.7.1, jaxlib 0.7.1' (- when missing)."""
+    """'CPython 3.11.7, torch 2.9.0+cu128, torch_xla 2.9.0, jax 0.7.1, jaxlib 0.7.1, torchax 0.0.13'
+    (- when missing)."""
     return ", ".join([f"{platform.python_implementation()} {platform.python_version()}"]
                      + [f"{k} {v or '-'}" for k, v in installed().items()])
 
@@ -211,7 +232,7 @@ def _tested() -> str:
 
 
 def distributions(feature: str) -> tuple[str, ...]:
-    """The distributions (names in STACK) whose APIs ``feature`` probes, in STACK order."""
+    """The distributions (names in DISTRIBUTIONS) whose APIs ``feature`` probes, in that order."""
     from torch_xla_ext._compat import capabilities
 
     found = {d for g in _feature(feature).groups for d in capabilities.GROUPS[g].distributions}
@@ -219,7 +240,7 @@ def distributions(feature: str) -> tuple[str, ...]:
         found.add("jaxlib")  # jax runs on the jaxlib of its release
     if "torch_xla" in found:
         found.add("torch")  # torch_xla runs on the torch its build links
-    return tuple(d for d in STACK if d in found)
+    return tuple(d for d in DISTRIBUTIONS if d in found)
 
 
 @functools.cache
@@ -379,8 +400,9 @@ def status(feature: str) -> tuple[str, str]:
     if message is not None:
         return "refused", message
     have, needed = installed(), distributions(feature)
-    pins = required()
-    differ = [f"{d} {have[d]} (tested {pins[d]})" for d in needed if not _same_build(have[d] or "", pins[d])]
+    pins = {**_extra_pins(), **required()}
+    differ = [f"{d} {have[d]} (tested {pins[d]})" for d in needed
+              if d in pins and not _same_build(have[d] or "", pins[d])]
     if differ:
         return "accepted", "differs from the tested stack: " + ", ".join(differ) + "; every API it uses resolves"
     return "tested", ", ".join(f"{d} {have[d]}" for d in needed) or "needs nothing beyond the wheel"

@@ -260,7 +260,9 @@ def parity_section(model_fn, inputs, kwargs, out_dir) -> tuple[str, str, dict]:
         localize = dt == "bf16" and isinstance(model, torch.nn.Module)
         # bf16 also writes its program and per-op error for Model Explorer (parity/explorer.py).
         explorer_dir = os.path.join(out_dir, "explorer") if dt == "bf16" else None
-        reports[dt] = parity.verify(model, inputs, kwargs, dtype=dt, localize=localize, explorer_dir=explorer_dir)
+        # rules="auto": the device's own matmul precision (a GPU's TF32, a TPU's bf16 passes; XLA:CPU's on a CPU).
+        reports[dt] = parity.verify(model, inputs, kwargs, dtype=dt, localize=localize, explorer_dir=explorer_dir,
+                                    rules="auto")
     md, data = [], {}
     for dt, r in reports.items():
         md += [f"### {dt}: {r.verdict.value}", "", "```", str(r), "```", ""]

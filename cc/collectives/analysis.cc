@@ -245,16 +245,25 @@ StatusOr<Analysis> Analyze(const graph::Graph& graph, const std::vector<Declared
       if (!token_inputs.count(d)) c.operand_inputs.push_back(d);
     }
 
-    // Scale: the first data result's only use is a multiply by a constant.
+    // Scale: the first data result's only use is a multiply by a constant s (torch_xla's
+    // scale), or its division by a constant d (JAX's pmean divides the psum by the axis size):
+    // the scale is s, or 1/d.
     for (size_t k = 0; k < op.results.size(); ++k) {
       if (k < is_token[i].size() && is_token[i][k]) continue;
       const auto& result_uses = uses[op.results[k]];
       if (result_uses.size() == 1 && result_uses[0].op_index >= 0) {
-        const graph::Op& mul = graph.ops[result_uses[0].op_index];
-        if (mul.name == "stablehlo.multiply" && mul.operands.size() == 2) {
-          const int64_t other = mul.operands[1 - result_uses[0].operand];
+        const graph::Op& use = graph.ops[result_uses[0].op_index];
+        if (use.name == "stablehlo.multiply" && use.operands.size() == 2) {
+          const int64_t other = use.operands[1 - result_uses[0].operand];
           if (std::optional<double> s = constant_value(other)) {
             c.scale = *s;
+            c.scale_op_index = result_uses[0].op_index;
+          }
+        } else if (use.name == "stablehlo.divide" && use.operands.size() == 2 &&
+                   result_uses[0].operand == 0) {
+          std::optional<double> d = constant_value(use.operands[1]);
+          if (d && *d != 0.0) {
+            c.scale = 1.0 / *d;
             c.scale_op_index = result_uses[0].op_index;
           }
         }

@@ -5,8 +5,9 @@
 //   - for collectives without a token operand (all_gather, reduce_scatter, ...), torch_xla adds
 //     the zero token, broadcast, into the data operand: a scalar constant argument whose every
 //     use is such an add feeding collectives only is a token too.
-//   - a collective's scale is the constant its (only) data result is multiplied by, when that
-//     multiply is the result's only use; 1.0 otherwise.
+//   - a collective's scale is the constant its (only) data result is multiplied by, or 1/d
+//     for a constant d it is divided by (JAX's pmean), when that multiply or divide is the
+//     result's only use; 1.0 otherwise.
 #ifndef TXE_CC_COLLECTIVES_ANALYSIS_H_
 #define TXE_CC_COLLECTIVES_ANALYSIS_H_
 
@@ -49,7 +50,7 @@ struct Collective {
   bool token_mixed_into_operand = false; // token added into the data operand (no token operand)
   std::vector<int64_t> operand_inputs;   // main arguments the data operands depend on, sorted
   double scale = 1.0;
-  std::optional<int64_t> scale_op_index;  // the multiply that applies the scale
+  std::optional<int64_t> scale_op_index;  // the multiply (or divide) that applies the scale
 };
 
 struct Analysis {

@@ -130,6 +130,27 @@ TEST(AnalyzeTest, SharedResultHasNoScale) {
   EXPECT_FALSE(a->collectives[0].scale_op_index.has_value());
 }
 
+// JAX's pmean: the psum divided by the axis size (a broadcast constant) is a scale of 1/size;
+// a constant divided by the result is not.
+TEST(AnalyzeTest, DivisionByAConstantIsAScale) {
+  Builder b;
+  const int64_t x = b.Arg({4});
+  auto ar1 = b.Add("stablehlo.all_reduce", {x}, {{4}}, "stablehlo.add");
+  const int64_t four = b.Add("stablehlo.constant", {}, {{}}, "", 4.0)[0];
+  const int64_t bcast = b.Add("stablehlo.broadcast_in_dim", {four}, {{4}})[0];
+  const int64_t mean = b.Add("stablehlo.divide", {ar1[0], bcast}, {{4}})[0];
+  auto ar2 = b.Add("stablehlo.all_reduce", {x}, {{4}}, "stablehlo.add");
+  const int64_t inverse = b.Add("stablehlo.divide", {bcast, ar2[0]}, {{4}})[0];
+  const int64_t sum = b.Add("stablehlo.add", {mean, inverse}, {{4}})[0];
+  auto a = Analyze(b.Return({sum}), Declared({InputKind::kUserInput}));
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(a->collectives.size(), 2u);
+  EXPECT_DOUBLE_EQ(a->collectives[0].scale, 0.25);
+  EXPECT_EQ(a->collectives[0].scale_op_index, std::optional<int64_t>(3));
+  EXPECT_DOUBLE_EQ(a->collectives[1].scale, 1.0);
+  EXPECT_FALSE(a->collectives[1].scale_op_index.has_value());
+}
+
 // A scale held by a scalar constant argument (a lifted constant) is read from its declared value.
 TEST(AnalyzeTest, ScaleFromConstantArgument) {
   Builder b;

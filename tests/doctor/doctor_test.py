@@ -64,6 +64,9 @@ def test_sections_state_what_each_component_found(embedded):
     # parity: fp32 agrees with CPU eager; bf16 gets a verdict with an explanation either way.
     assert data["parity"]["fp32"]["verdict"] == "PASS"
     assert data["parity"]["bf16"]["verdict"] in ("PASS", "FAIL") and data["parity"]["bf16"]["explanation"]
+    # The device's own rules (rules="auto", parity's default): XLA:CPU's, read from this CPU.
+    assert all(data["parity"][dt]["rules"] == "xla-cpu" and data["parity"][dt]["rules_source"].startswith(
+        "read from the device (CPU)") for dt in ("fp32", "bf16"))
     # export: the all-reduce's token is typed, the scale is recorded, the JAX run is within float32
     # tolerance of torch_xla's (two XLA builds: bit-equality is a figure, summation order may differ).
     m = data["export"]["manifest"]

@@ -36,19 +36,22 @@ class Boom:
 
 # --- seed bundles ------------------------------------------------------------------------------
 
-SEEDS = ("two_all_reduces", "two_all_reduces_mlirbc_only", "one_all_reduce", "torch_xla_dir", "mixed")
+SEEDS = ("two_all_reduces", "two_all_reduces_mlirbc_only", "one_all_reduce", "torch_xla_dir", "mixed",
+         "torchax_four_reduces")
 
 
 def make_seeds(root: str) -> dict[str, str]:
     """Small valid bundles under `root`: our format for the two-all-reduce model (collective
     token, scale 0.5, parameters, a buffer, a lifted constant, an unused input), the same with only
     the portable artifact, the one-all-reduce model, torch_xla's own save_as_stablehlo
-    directory of the two-all-reduce model, and the mixed model (named user inputs and outputs, an
-    int64 and a complex64 buffer, a Python constant). Needs torch/torch_xla (the loader does not)."""
+    directory of the two-all-reduce model, the mixed model (named user inputs and outputs, an
+    int64 and a complex64 buffer, a Python constant), and torchax's export of four c10d
+    all-reduces for 2 replicas (frontend, num_replicas, pmean's division). Needs torch/torch_xla
+    and torchax (the loader does not)."""
     import torch
     from torch_xla import stablehlo as txla_stablehlo
 
-    from tests.export import models
+    from tests.export import models, torchax_models
 
     dirs = {name: os.path.join(root, name) for name in SEEDS}
     model, args = models.two_all_reduces()
@@ -60,6 +63,9 @@ def make_seeds(root: str) -> dict[str, str]:
     txla_stablehlo.save_as_stablehlo(torch.export.export(model, args), dirs["torch_xla_dir"])
     model2, args2 = models.mixed()
     export.export(model2, args2).save(dirs["mixed"])
+    model3, args3 = torchax_models.four_reduces()
+    export.export(model3, args3, frontend="torchax",
+                  options=export.ExportOptions(num_replicas=2)).save(dirs["torchax_four_reduces"])
     for d in dirs.values():  # each seed must load: the property starts from valid bundles
         export.load(d)
     return dirs
@@ -93,7 +99,8 @@ _STRINGS = st.sampled_from(
                                 "constant", "all_reduce", "sum", "lin.weight", "../manifest.json",
                                 "/etc/hostname", "weights", "constants/0.npy", "weights/lin.weight.npy",
                                 "module.mlir", "\udcff", "\x00", "é" * 3, "python:float", "python:int",
-                                "python:list", "python:", "complex128", "output['logits']", "output"]) | st.text(max_size=8)
+                                "python:list", "python:", "complex128", "output['logits']", "output", "torchax", "torch_xla",
+                                "buffer", "user_input", "bn.running_mean"]) | st.text(max_size=8)
 _SCALARS = st.none() | st.booleans() | _NUMBERS | st.integers(-3, 10) | _STRINGS
 JSON_VALUES = st.recursive(
     _SCALARS,
@@ -107,7 +114,7 @@ _frac = st.floats(0, 1)
 
 # The manifest fields of format 2, set directly (json_set reaches them only by chance).
 NEW_FIELDS = ("outputs.name", "inputs.name", "unused_inputs.name", "unused_inputs.value", "unused_inputs.dtype",
-              "format_version")
+              "format_version", "frontend", "num_replicas", "dropped_mutations")
 
 JSON_MUTATIONS = st.one_of(
     st.tuples(st.just("json_field"), st.sampled_from(NEW_FIELDS), _node, JSON_VALUES),

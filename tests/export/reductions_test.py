@@ -15,7 +15,7 @@ import torch_xla
 from tests import zoo
 from torch_xla_ext import export
 from torch_xla_ext._compat import stablehlo as compat
-from torch_xla_ext.export import exporter
+from torch_xla_ext.export import torch_program, torch_xla_exporter
 
 from tests.export import bounds  # noqa: E402  (JAX's XLA vs torch_xla's: the summation-order bound)
 
@@ -51,7 +51,7 @@ def _x():
 
 def test_every_rewritten_op_is_one_the_decompositions_keep():
     # A name that no longer resolves (an op renamed upstream) would silently drop out of the rewrite.
-    for name in exporter.ALL_DIMS_WHEN_EMPTY:
+    for name in torch_xla_exporter.ALL_DIMS_WHEN_EMPTY:
         packet, overload = name.split(".")
         assert getattr(getattr(aten, packet), overload) is not None
 
@@ -70,7 +70,7 @@ def test_upstream_lowering_reduces_nothing(name):
 def test_export_reduces_every_dimension_like_eager(name):
     x = _x()
     bundle = export.export(Op(OPS[name]), (x,))
-    assert any(t.startswith(exporter.EMPTY_DIMS_REWRITE) for t in bundle.manifest.transforms)
+    assert any(t.startswith(torch_xla_exporter.EMPTY_DIMS_REWRITE) for t in bundle.manifest.transforms)
     (ours,) = export.run(bundle, x.numpy())
     with torch.no_grad():
         eager = Op(OPS[name])(x).numpy()
@@ -83,7 +83,7 @@ def test_export_reduces_every_dimension_like_eager(name):
 def test_a_reduction_with_explicit_dims_is_left_alone():
     x = _x()
     bundle = export.export(Op(lambda t: aten.sum.dim_IntList(t, [1])), (x,))
-    assert not any(t.startswith(exporter.EMPTY_DIMS_REWRITE) for t in bundle.manifest.transforms)
+    assert not any(t.startswith(torch_xla_exporter.EMPTY_DIMS_REWRITE) for t in bundle.manifest.transforms)
     np.testing.assert_allclose(export.run(bundle, x.numpy())[0], (x * 2.0).sum(1).numpy(), rtol=1e-6)
 
 
@@ -94,7 +94,7 @@ def test_a_lowering_that_changes_an_output_shape_is_refused():
     tx = compat.export_program(ep)
     assert tx.output_signature[0][0] == [3, 5]  # torch_xla's wrong shape; eager's is []
     with pytest.raises(export.ExportLoweringError, match=r"output\[0\].*\[3, 5\].*\[\]") as info:
-        exporter.check_output_shapes(ep, tx, ["output[0]"])
+        torch_program.check_outputs(ep, tx.output_signature, ["output[0]"], "torch_xla's")
     assert isinstance(info.value, NotImplementedError)
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from torch_xla_ext import export
 from torch_xla_ext._compat import stablehlo as compat
-from torch_xla_ext.export import exporter
+from torch_xla_ext.export import view_rewrite
 
 from tests.export import bounds  # noqa: E402  (JAX's XLA vs torch_xla's: the summation-order bound)
 
@@ -55,7 +55,7 @@ def test_export_retries_with_reshapes_and_matches_eager():
     model, args = SdpaThenView(), _args()
     bundle = export.export(model, args)
     (note,) = bundle.manifest.transforms
-    assert note.startswith(exporter.VIEW_REWRITE)
+    assert note.startswith(view_rewrite.VIEW_REWRITE)
     ours = export.run(bundle, args[0].numpy())[0]
     theirs = compat.run_with_torch_xla(bundle.torch_xla_export.graph_module, *args)[0]
     bounds.assert_same_program([ours], [theirs], "run vs torch_xla")
@@ -82,7 +82,7 @@ def test_reshape_for_an_expressible_view_exports_the_same_program():
     ep = torch.export.export(ViewsOnly(), (torch.randn(32),))
     before = compat.export_program(ep).text
     rewritten = copy.deepcopy(ep)
-    assert len(exporter.views_as_reshapes(rewritten.graph_module)) == 2
+    assert len(view_rewrite.views_as_reshapes(rewritten.graph_module)) == 2
     after = compat.export_program(rewritten).text
     strip = lambda t: re.sub(r"@IrToHlo\.\d+", "@M", t)  # noqa: E731 - torch_xla numbers its modules
     assert strip(after) == strip(before)
@@ -101,7 +101,7 @@ def test_views_written_in_place_are_left_alone():
     views = [n for n in ep.graph.nodes if n.target is torch.ops.aten.view.default]
     writes = [n for n in ep.graph.nodes if n.target is torch.ops.aten.add_.Tensor]
     assert len(views) == 2 and writes, ep.graph  # torch.export keeps the in-place op in its graph
-    rewritten = exporter.views_as_reshapes(ep.graph_module)
+    rewritten = view_rewrite.views_as_reshapes(ep.graph_module)
     assert len(rewritten) == 1
     kept = next(n for n in ep.graph.nodes if n.name in {v.name for v in views} and n.name not in rewritten)
     assert kept.target is torch.ops.aten.view.default and writes[0].args[0] is kept

@@ -127,7 +127,7 @@ def test_breaks_carry_dynamos_structured_record_and_the_user_frame():
     assert [g["ended_by"] is not None for g in graphs] == [True, True, False]
     bridge = [br for g in graphs for a in g["aot"] for br in a["bridge"]]
     assert [(len(br["partitions"]), br["fallback_nodes"]) for br in bridge] == [(1, []), (1, []), (2, ["aten::digamma"])]
-    hashes = {p["hash"] for br in bridge for p in br["partitions"]}
+    hashes = {p["graph_hash"] for br in bridge for p in br["partitions"]}
     assert hashes == set(r.per_graph_hash) and all(r.per_graph_hash[h]["compiles"] == 1 for h in hashes)
 
 

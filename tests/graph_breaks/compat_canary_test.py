@@ -24,6 +24,8 @@ from torch._dynamo.utils import counters
 
 from torch_xla_ext import graph_breaks as gb
 from torch_xla_ext._compat import dynamo as _dynamo
+from torch_xla_ext._compat import hlo_debug as _hlo_debug
+from torch_xla_ext._compat import lazy as _lazy
 from torch_xla_ext._compat import metrics as _metrics
 from torch_xla_ext._compat import openxla as _openxla
 
@@ -408,7 +410,7 @@ def test_install_restores_every_entry_point(run):
     assert not hasattr(torch_xla._XLAC._run_cached_graph, "__wrapped__")
 
 
-# ---- torch_xla.debug.metrics ------------------------------------------------------------------------
+# ---- torch_xla's lazy-tensor runtime and its metrics ---------------------------------------------------
 
 
 def test_step_marker_is_where_every_sync_ends():
@@ -420,15 +422,34 @@ def test_step_marker_is_where_every_sync_ends():
             return original(*args, **kwargs)
         return stand_in
 
-    _metrics.replace_step_marker(make)
+    _lazy.replace_step_marker(make)
     try:
         for _ in range(3):
             torch_xla.sync()
     finally:
-        _metrics.restore_step_marker()
+        _lazy.restore_step_marker()
     assert len(calls) == 3
     torch_xla.sync()
     assert len(calls) == 3
+
+
+def test_compile_count_is_compile_times_samples():
+    before = _metrics.compile_count()
+    (torch.ones(5, 7, device=DEVICE) * 11.5).sum().item()  # a graph of shapes no other test compiles
+    data = met.metric_data("CompileTime")
+    assert _metrics.compile_count() == data[0] == before + 1
+    (wall, ns), = _metrics.compile_samples(1)
+    assert (wall, ns) == tuple(data[2][-1]) and ns > 0
+
+
+def test_ir_debug_switch_is_torch_xlas():
+    was = _hlo_debug.ir_debug()
+    try:
+        _hlo_debug.set_ir_debug(not was)
+        assert torch_xla._XLAC._get_ir_debug() is (not was)
+    finally:
+        _hlo_debug.set_ir_debug(was)
+    assert _hlo_debug.ir_debug() is was
 
 
 def test_counter_reader_reads_torch_xlas_counters():

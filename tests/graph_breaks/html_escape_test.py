@@ -34,7 +34,7 @@ def _report(rank: int) -> gb.GraphBreakReport:
     r.joined = [{"compile_id": EVIL, "name": EVIL, "frame": EVIL, "ms": 1.0, "recompile_reason": EVIL, "error": EVIL,
                  "breaks": [EVIL], "graphs": [{"graph": EVIL, "ops": 1, "ended_by": EVIL, "aot": [
                      {"kind": EVIL, "name": EVIL, "nodes": 1, "bridge": [
-                         {"fallback_nodes": [EVIL], "ms": 1.0, "error": EVIL, "partitions": [{"hash": EVIL, "nodes": 1}]}]}]}]}]
+                         {"fallback_nodes": [EVIL], "ms": 1.0, "error": EVIL, "partitions": [{"graph_hash": EVIL, "nodes": 1}]}]}]}]}]
     r.per_graph_hash = {EVIL: {"partition_of": EVIL, "compiles": 1, "compile_ms": 1.0, "executions": 1,
                                "dispatch_ms": 1.0, "by_replica": {EVIL: 1}}}
     r.fallback_nodes, r.eager_nodes, r.fallback_ops = {EVIL: 1}, {EVIL: 1}, {EVIL: 1}

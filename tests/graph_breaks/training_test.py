@@ -125,9 +125,9 @@ def test_joined_view_ties_every_layer_together(trained):
         assert kinds.count("backward") <= kinds.count("forward")
     partitions = [p for a in aot for br in a["bridge"] for p in br["partitions"]]
     assert len(partitions) == r.xla_partitions
-    assert {p["hash"] for p in partitions} == set(r.per_graph_hash)
+    assert {p["graph_hash"] for p in partitions} == set(r.per_graph_hash)
     # Executions per step: every partition ran once per step.
-    assert all(r.per_graph_hash[p["hash"]]["executions"] == r.steps for p in partitions)
+    assert all(r.per_graph_hash[p["graph_hash"]]["executions"] == r.steps for p in partitions)
 
 
 def test_training_actually_trains(trained):

@@ -1,7 +1,6 @@
-"""install()/uninstall(): torch_xla's xla_builder.call_jax (which needs flax in 2.9) is routed to
+"""install()/uninstall(): torch_xla's xla_builder.call_jax (which needs torchax, and in 2.9 flax) is routed to
 ours, keeps torch_xla's signature (name, override_hash), and is restored exactly."""
 
-import importlib.util
 import sys
 
 import jax.numpy as jnp
@@ -11,6 +10,7 @@ import torch_xla
 import torch_xla.core.xla_builder as xb
 
 from tests.jax_call.jax_reference import assert_bit_equal, run_in_jax
+from tests.jax_call.without_torchax import without_torchax
 
 from torch_xla_ext import jax_call  # noqa: E402
 
@@ -26,8 +26,7 @@ def args():
 
 
 def test_stock_call_jax_fails_without_flax():
-    assert importlib.util.find_spec("flax") is None
-    with pytest.raises(AssertionError, match="Jax is required for this feature"):
+    with without_torchax(), pytest.raises(AssertionError, match="Jax is required for this feature"):
         xb.call_jax(f, args())
 
 
@@ -48,7 +47,7 @@ def test_install_routes_torch_xla_call_jax_and_uninstall_restores():
         jax_call.uninstall()
     assert xb.call_jax is STOCK
     assert not jax_call.is_installed()
-    with pytest.raises(AssertionError, match="Jax is required"):
+    with without_torchax(), pytest.raises(AssertionError, match="Jax is required"):
         xb.call_jax(f, args())
 
 

@@ -31,7 +31,7 @@ ROOT = os.path.dirname(PACKAGE)
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The libraries whose private names only torch_xla_ext/_compat may use.
-UPSTREAM = ("torch", "torch_xla", "jax", "jaxlib")
+UPSTREAM = ("torch", "torch_xla", "jax", "jaxlib", "torchax")
 
 
 def _sources() -> dict[str, str]:

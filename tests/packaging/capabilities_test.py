@@ -12,7 +12,7 @@ import pytest
 from torch_xla_ext._compat import capabilities
 
 COMPAT = pathlib.Path(capabilities.__file__).parent
-TOPS = ("torch", "torch_xla", "jax", "jaxlib")
+TOPS = ("torch", "torch_xla", "jax", "jaxlib", "torchax")
 LISTED = ([n for g in capabilities.GROUPS.values() for n in g.apis] + list(capabilities.OPTIONAL)
           + list(capabilities.MOVED.values()))
 

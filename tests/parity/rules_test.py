@@ -182,3 +182,50 @@ def test_torch_xla_records_set_mat_mul_precision_in_each_dots_precision_config()
             torch.testing.assert_close(y.cpu(), x @ w.T, rtol=1e-5, atol=1e-5)  # XLA:CPU: f32 whatever it asks
     finally:
         torch_xla.backends.set_mat_mul_precision(before)
+
+
+def _truncated_tf32(a: np.ndarray) -> np.ndarray:
+    return (a.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+ALGORITHM_X3 = GEMM.replace("contracting_dims = [1] x [0] :", "contracting_dims = [1] x [0], algorithm = <lhs_precision_type = "
+                            "tf32, rhs_precision_type = tf32, accumulation_type = f32, lhs_component_count = 1, "
+                            "rhs_component_count = 1, num_primitive_operations = 3, allow_imprecise_accumulation = "
+                            "false> :")
+
+
+def test_a_new_rule_is_one_entry_of_the_registry(monkeypatch):
+    """XLA:GPU's 3xTF32 (each operand a truncated TF32 high part and the rounded rest; lo*hi + hi*lo,
+    then + hi*hi), added as one Rule: the replay's rewrite, torch's CPU matmuls, the report's words,
+    the CLI's help and auto's reading of an explicit algorithm all follow it. Oracle: fp64 numpy on
+    the pieces, written apart here, to the f32 accumulation bound of its 3 * 300 products."""
+    from torch_xla_ext.parity import wording
+
+    rule = rules.Rule("gpu-tf32x3", "the GPU", "in 3 TensorFloat-32 passes (TF32_TF32_F32_X3)",
+                      "XLA:GPU's TF32_TF32_F32_X3 algorithm: 3 TF32 passes",
+                      rules.MatmulPrecision("tf32_3x", pieces=2, mantissa_bits=10, bits=22, partial=((1, 0), (0, 1))),
+                      highest="in f32", algorithms=(("tf32", 3),))
+    monkeypatch.setattr(rules, "REGISTRY", rules.REGISTRY + (rule,))
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((64, 300)).astype(np.float32), rng.standard_normal((300, 50)).astype(np.float32)
+    pieces = []
+    for a in (x, w):
+        hi = _truncated_tf32(a)
+        pieces.append((hi.astype(np.float64), _tf32((a - hi).astype(np.float32)).astype(np.float64)))
+    (xh, xl), (wh, wl) = pieces
+    oracle = xl @ wh + xh @ wl + xh @ wh
+    bound = 3 * 300 * 2.0 ** -24 * (np.abs(xl) @ np.abs(wh) + np.abs(xh) @ np.abs(wl) + np.abs(xh) @ np.abs(wh))
+    (got,) = parity.replay(GEMM, [x, w], rules="gpu-tf32x3")
+    assert (np.abs(got - oracle) <= bound).all()
+    (one_pass,) = parity.replay(GEMM, [x, w], rules="gpu-tf32")
+    assert (np.abs(one_pass - oracle) > bound).any()  # the low pieces show: the check can fail
+    with on_cpu(rules.resolve("gpu-tf32x3")):
+        torch_got = (torch.from_numpy(x) @ torch.from_numpy(w)).numpy()
+    assert (np.abs(torch_got - oracle) <= bound).all()
+    assert "gpu-tf32x3: XLA:GPU's TF32_TF32_F32_X3 algorithm: 3 TF32 passes" in rules.cli_help()
+    assert wording.rules_words("gpu-tf32x3", "given") == (
+        "The rounded replay applied the gpu-tf32x3 rules (the GPU computes f32 dots and convolutions in 3 "
+        "TensorFloat-32 passes (TF32_TF32_F32_X3)), as given.")
+    program = parity.Program(ALGORITHM_X3)
+    assert rules.resolve("auto", program, "CUDA").name == "gpu-tf32x3"
+    assert parity.Replay(program, rounded=True, rules="auto", device="CUDA").applied == {"tf32_3x": 1}

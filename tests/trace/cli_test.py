@@ -145,7 +145,7 @@ def test_the_environment_alone_traces_a_torch_only_process(tmp_path):
     assert render.returncode == 0, render.stderr
     report = runs.load_report(out)
     (dyn,) = report["dynamo"]
-    assert dyn["figures"]["graphs"] == graphs > 0 and dyn["figures"]["breaks_counted"] == breaks > 0
+    assert dyn["figures"]["fx_graphs"] == graphs > 0 and dyn["figures"]["counted_breaks"] == breaks > 0
     assert report["compiles"] == [] and report["ranks"][0]["ended"]
 
 
@@ -178,7 +178,7 @@ def test_a_venv_with_the_wheel_hook_traces_with_only_the_variable_set(tmp_path):
     assert render.returncode == 0, render.stderr
     report = runs.load_report(tmp_path / "trace")
     (dyn,) = report["dynamo"]
-    assert dyn["figures"]["graphs"] == graphs > 0 and report["ranks"][0]["ended"]
+    assert dyn["figures"]["fx_graphs"] == graphs > 0 and report["ranks"][0]["ended"]
     assert "1 process, 0 XLA compiles" in render.stderr
 
 

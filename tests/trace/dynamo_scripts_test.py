@@ -22,8 +22,8 @@ def test_compiled_step_with_a_print_a_fallback_and_a_shape_change(tmp_path):
     o = r.oracle[0]
     (dyn,) = r.report["dynamo"]
     fig = dyn["figures"]
-    assert fig["graphs"] == o["unique_graphs"] > 0
-    assert fig["breaks_counted"] == o["graph_breaks"] > 0
+    assert fig["fx_graphs"] == o["unique_graphs"] > 0
+    assert fig["counted_breaks"] == o["graph_breaks"] > 0
     assert fig["recompiles"] == len(runs.recompiles(r.stderr)) > 0
     # The recompiles: each one's failed guard names the batch dimension, and the XLA compiles the
     # bridge made for it carry that compile id, at step 3, with the guard as what changed.
@@ -58,8 +58,8 @@ def test_graphs_ended_by_a_break_of_whole_training_steps_equal_explain(tmp_path)
     runs.check_compiles(r)
     o = r.oracle[0]
     (dyn,) = r.report["dynamo"]
-    assert dyn["figures"]["graphs"] == o["unique_graphs"] == sum(e["graph_count"] for e in o["explain"])
-    assert dyn["figures"]["breaks_counted"] == o["graph_breaks"]
+    assert dyn["figures"]["fx_graphs"] == o["unique_graphs"] == sum(e["graph_count"] for e in o["explain"])
+    assert dyn["figures"]["counted_breaks"] == o["graph_breaks"]
     assert dyn["figures"]["graphs_ended_by_break"] == sum(len(e["break_reasons"]) for e in o["explain"])
     # Per case: the compile ids from one compile of the step function to the next.
     per_case = []

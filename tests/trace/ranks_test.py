@@ -58,7 +58,7 @@ def test_the_report_names_the_step_the_rank_and_the_input_that_diverge(job):
     sites = {op.get("new_site"), (op.get("first_with_source") or {}).get("site")}
     assert any(s and s.startswith(runs.script("two_ranks.py") + ":") for s in sites)
     summary = "\n".join(job.report["summary"])
-    assert "ranks diverge at step 2" in summary and "EVERY STEP" in summary
+    assert "ranks diverge at step 2: rank 1 runs other graphs" in summary and "EVERY STEP" in summary
 
 
 def test_tlparse_all_ranks_shows_a_lazy_compile_artifact_per_compile(job, tmp_path):
@@ -129,7 +129,8 @@ def test_the_html_page_and_the_perfetto_trace(job, tmp_path):
                          evaluate={"dom": "document.documentElement.outerHTML"}, settle_s=0.5, timeout=120)["dom"]
     for c in job.report["compiles"]:
         assert c["graph_hash"][:16] in dom
-    assert f"first differ at step {job.report['divergence']['first_step']}: ranks 1" in dom
+    assert job.report["divergence"]["ranks_that_differ"] == [1]
+    assert f"first differ at step {job.report['divergence']['first_step']}: rank 1." in dom  # one rank: "rank"
     events = json.load(open(os.path.join(job.dir, "trace.perfetto.json")))["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     assert sorted(names.values()) == ["rank 0", "rank 1"]

@@ -43,12 +43,13 @@ class Group:
 
     @property
     def distributions(self) -> tuple[str, ...]:
-        """The distributions the names come from, in STACK order ('torch', 'torch_xla', 'jax', 'jaxlib')."""
+        """The distributions the names come from, in the gate's order ('torch', 'torch_xla', 'jax',
+        'jaxlib', 'torchax')."""
         found = {distribution_of(a) for a in self.apis}
-        return tuple(d for d in ("torch", "torch_xla", "jax", "jaxlib") if d in found)
+        return tuple(d for d in _TOP.values() if d in found)
 
 
-_TOP = {"torch": "torch", "torch_xla": "torch_xla", "jax": "jax", "jaxlib": "jaxlib"}
+_TOP = {"torch": "torch", "torch_xla": "torch_xla", "jax": "jax", "jaxlib": "jaxlib", "torchax": "torchax"}
 
 
 def distribution_of(name: str) -> str:
@@ -75,8 +76,11 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
         "torch_xla._XLAC._get_xla_tensors_hlo", "torch_xla._XLAC._get_xla_tensors_hlo_proto",
         "torch_xla._XLAC._get_xla_tensors_text", "torch_xla._XLAC._get_tensors_xla_device_data_node",
     )),
-    Group("torch_xla.ir_debug", "torch_xla's IR debug metadata (module paths)", ("_compat/hlo_debug.py",), (
+    Group("torch_xla.ir_debug", "torch_xla's IR debug switch (each IR node's Python frames)", ("_compat/hlo_debug.py",), (
         "torch_xla._XLAC._get_ir_debug", "torch_xla._XLAC._set_ir_debug",
+    )),
+    Group("torch_xla.op_metadata", "torch_xla's HLO op metadata (module paths; with the IR debug switch)",
+          ("_compat/hlo_debug.py",), (
         "torch_xla._XLAC._set_xla_custom_op_name_prefix",
         "torch.utils._python_dispatch.TorchDispatchMode", "torch.utils._pytree.tree_leaves",
         "jax._src.lib._jax.HloModule", "jax._src.lib._jax.HloPrintOptions", "jax._src.lib._jax.hlo_module_from_text",
@@ -89,28 +93,34 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
         "torch_xla.core.xla_builder.call_jax", "torch_xla._XLAC._init_computation_client",
         "torch_xla._XLAC._xla_op_computation_from_module_proto", "torch_xla._XLAC._xla_user_computation",
     )),
-    Group("torch_xla.dynamo_bridge", "torch_xla's openxla Dynamo bridge", ("_compat/openxla.py", "_compat/lazy.py"), (
+    Group("torch_xla.dynamo_bridge", "torch_xla's openxla Dynamo bridge", ("_compat/openxla.py",), (
         "torch._dynamo.backends.torchxla.xla_backend_helper", "torch._functorch.aot_autograd.get_graph_being_compiled",
         "torch_xla.core.dynamo_bridge.extract_compiled_graph",
         "torch_xla._dynamo.dynamo_bridge.extract_internal",
         "torch_xla._dynamo.dynamo_bridge.UnsupportedNodesCollector.get_unsupported_nodes",
         "torch_xla._dynamo.dynamo_bridge.UnsupportedNodesCollector.run_node",
         "torch_xla._XLAC._get_graph_hash", "torch_xla._XLAC._xla_warm_up_cache", "torch_xla._XLAC._run_cached_graph",
-        "torch_xla._XLAC._xla_get_device_ordinal", "torch_xla._XLAC._xla_get_default_device",
     )),
-    Group("torch_xla.lazy", "torch_xla's step marker, CompileTime metric, ordinal and pending graph (the script trace)",
+    Group("torch_xla.lazy", "torch_xla's lazy-tensor runtime: the step marker, devices, ordinal and pending graph",
           ("_compat/lazy.py",), (
-              "torch_xla._XLAC._xla_step_marker", "torch_xla._XLAC._xla_metric_data",
+              "torch_xla._XLAC._xla_step_marker",
               "torch_xla._XLAC._xla_get_default_device", "torch_xla._XLAC._xla_get_device_ordinal",
               "torch_xla._XLAC._xla_runtime_is_initialized", "torch_xla.runtime.process_index",
-              "torch_xla._XLAC._set_ir_debug", "torch_xla._XLAC._get_ir_debug", "torch_xla._XLAC._get_stablehlo",
+              "torch_xla._XLAC._get_stablehlo",
           )),
-    Group("torch_xla.metrics", "torch_xla's counters and metrics", ("_compat/metrics.py",), (
+    Group("torch_xla.metrics", "torch_xla's counters and metrics (CompileTime among them)", ("_compat/metrics.py",), (
         "torch_xla.debug.metrics.metric_data", "torch_xla.debug.metrics.metric_names",
         "torch_xla._XLAC._xla_counter_names", "torch_xla._XLAC._xla_counter_value",
-        "torch_xla._XLAC._clear_xla_counters", "torch_xla._XLAC._xla_step_marker",
-        "torch_xla._XLAC._xla_wait_device_ops",
+        "torch_xla._XLAC._clear_xla_counters", "torch_xla._XLAC._xla_wait_device_ops",
     )),
+    # ---- torchax -----------------------------------------------------------------------------
+    Group("torchax", "torchax's lowering of a torch.export program to JAX, and its c10d collectives' axis",
+          ("_compat/torchax.py",), (
+              "torchax.default_env", "torchax.export.JaxInterpreter", "torchax.export.extract_avals",
+              "torchax.decompositions.DECOMPOSITIONS", "torchax.ops.ops_registry.all_aten_ops",
+              "torch._ops.OpOverload", "torch._ops.OpOverloadPacket",
+              "jax.export.export", "jax.sharding.AbstractMesh",
+          )),
     # ---- torch -------------------------------------------------------------------------------
     Group("torch.pytree", "torch's pytree (the order and key paths of inputs and outputs) and Python dispatch",
           ("_compat/pytree.py", "_compat/dispatch.py"), (

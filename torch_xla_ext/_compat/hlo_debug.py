@@ -1,4 +1,6 @@
-"""Module paths in torch_xla's HLO op metadata (private `_XLAC` entry points), in one place.
+"""torch_xla's IR debug metadata (private `_XLAC` entry points), in one place: the switch that makes
+IR nodes record the Python frames that created them (:func:`set_ir_debug`, read by the script
+trace's graph capture), and module paths in the HLO op metadata (parity's localisation).
 
 torch_xla writes each HLO instruction's ``OpMetadata`` (``op_type``, ``op_name``, source line)
 only when ``XLA_HLO_DEBUG=1`` was in the environment when the process first lowered a graph (it
@@ -31,6 +33,21 @@ _BEGIN, _END = "<txe.module>", "</txe.module>"
 _LABEL = re.compile(re.escape(_BEGIN) + r"(.*?)" + re.escape(_END))
 # One instruction of HloModule.to_string(): "%name = type op(...), ..., metadata={... op_name="..." ...}".
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?metadata=\{[^}]*?op_name="((?:[^"\\]|\\.)*)"')
+
+
+def set_ir_debug(on: bool) -> None:
+    """IR nodes created from now on record the Python frames that created them (or stop). It does
+    not change graph hashes (``XLA_HLO_DEBUG`` does, even set to 0)."""
+    import torch_xla
+
+    torch_xla._XLAC._set_ir_debug(bool(on))
+
+
+def ir_debug() -> bool:
+    """Whether IR nodes record their Python frames now."""
+    import torch_xla
+
+    return bool(torch_xla._XLAC._get_ir_debug())
 
 
 def requested() -> bool:
@@ -82,7 +99,7 @@ def module_scopes(model: Any) -> Iterator[None]:
             stack.pop()
 
     handles = []
-    ir_debug = torch_xla._XLAC._get_ir_debug()
+    was_on = ir_debug()
     try:
         for path, module in model.named_modules():
             handles.append(module.register_forward_pre_hook(enter(path)))
@@ -91,11 +108,11 @@ def module_scopes(model: Any) -> Iterator[None]:
         # (the scalar aten::add/mul, e.g. every residual add) that scope as op_name prefix in place
         # of our label; off while the nodes are made, they keep the label. The op metadata itself
         # only needs XLA_HLO_DEBUG at lowering.
-        torch_xla._XLAC._set_ir_debug(False)
+        set_ir_debug(False)
         with _Label():
             yield
     finally:
-        torch_xla._XLAC._set_ir_debug(ir_debug)
+        set_ir_debug(was_on)
         for h in handles:
             h.remove()
 

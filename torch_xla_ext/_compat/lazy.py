@@ -1,16 +1,18 @@
-"""torch_xla's lazy-tensor internals a script trace reads, in one place.
+"""torch_xla's lazy-tensor runtime (private ``_XLAC`` entry points), in one place: the step marker,
+the devices and the pending graph. (Its metric registry is ``_compat/metrics.py``; IR debug,
+which records each op's Python frames, is ``_compat/hlo_debug.py``.) Imports torch_xla only when a
+function runs, so a module that imports this one does not start torch_xla.
 
 * The step marker (``_XLAC._xla_step_marker``, where ``torch_xla.sync()``, ``xm.mark_step()`` and
-  MpDeviceLoader's step end all land): :func:`chain_step_marker` puts a stand-in in front of
-  whatever is there now, for the rest of the process (``_compat.metrics.replace_step_marker``, an
-  accounting region's, can still wrap it and put it back).
-* The ``CompileTime`` metric: every XLA compile (lazy and the Dynamo bridge's) adds one sample of
-  its duration; clearing counters does not touch it (:func:`compile_count`, :func:`compile_samples`).
+  MpDeviceLoader's step end all land), the one place that wraps it: :func:`chain_step_marker`
+  puts a stand-in in front of whatever is there now, for the rest of the process (the script
+  trace's); :func:`replace_step_marker` does so until :func:`restore_step_marker` (an accounting
+  region's, which may wrap the trace's stand-in and put it back).
 * The pending graph of a device (every live tensor's pending IR, what a sync would compile):
   ``_XLAC._get_stablehlo([], device, [], True)`` lowers it to a StableHLO portable artifact
   without running it (:func:`pending_graph`). With IR debug on while the step was traced
-  (:func:`set_ir_debug`, ``_XLAC._set_ir_debug``; it does not change graph hashes) each op's
-  location carries its aten op (``aten__mul``) and the Python frames that created it.
+  (``_compat.hlo_debug.set_ir_debug``; it does not change graph hashes) each op's location
+  carries its aten op (``aten__mul``) and the Python frames that created it.
   :func:`graph_signature` reads that artifact with jaxlib's MLIR bindings. (``XLA_HLO_DEBUG`` is
   not needed for that, and setting it, even to 0, changes every graph hash torch_xla computes.)
 * A thread's device ordinal (:func:`replica`) and whether the runtime has started.
@@ -21,13 +23,15 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from torch_xla_ext.errors import InternalError
+
 __all__ = [
-    "chain_step_marker", "compile_count", "compile_samples", "default_device", "graph_signature",
-    "ir_debug", "pending_graph", "replica", "runtime_ordinal", "set_ir_debug",
+    "chain_step_marker", "default_device", "graph_signature", "pending_graph", "replace_step_marker", "replica",
+    "restore_step_marker", "runtime_ordinal",
 ]
 
-_COMPILE_TIME = "CompileTime"
 _tls = threading.local()
+_original_step_marker: Callable[..., Any] | None = None
 
 
 def _xlac() -> Any:
@@ -42,20 +46,23 @@ def chain_step_marker(make: Callable[[Callable[..., Any]], Callable[..., Any]]) 
     x._xla_step_marker = make(x._xla_step_marker)
 
 
-def compile_count() -> int:
-    """XLA compiles so far in this process (``CompileTime`` samples ever recorded)."""
-    data = _xlac()._xla_metric_data(_COMPILE_TIME)
-    return int(data[0]) if data else 0
+def replace_step_marker(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replaces ``_XLAC._xla_step_marker`` (where ``torch_xla.sync()`` and ``xm.mark_step()`` end)
+    with ``make(current)`` until :func:`restore_step_marker`."""
+    global _original_step_marker
+    if _original_step_marker is not None:
+        raise InternalError("torch_xla_ext._compat.lazy.replace_step_marker: already replaced")
+    x = _xlac()
+    _original_step_marker = x._xla_step_marker
+    x._xla_step_marker = make(_original_step_marker)
 
 
-def compile_samples(n: int) -> list[tuple[float, float]]:
-    """The last ``n`` compiles as (wall-clock seconds, duration ns), oldest first; fewer when
-    torch_xla's bounded sample window dropped some."""
-    if n <= 0:
-        return []
-    data = _xlac()._xla_metric_data(_COMPILE_TIME)
-    samples = list(data[2]) if data else []
-    return [(float(t), float(v)) for t, v in samples[-n:]]
+def restore_step_marker() -> None:
+    """Puts back the step marker :func:`replace_step_marker` replaced."""
+    global _original_step_marker
+    if _original_step_marker is not None:
+        _xlac()._xla_step_marker = _original_step_marker
+        _original_step_marker = None
 
 
 def default_device() -> str:
@@ -82,15 +89,6 @@ def runtime_ordinal() -> int | None:
     import torch_xla.runtime as xr
 
     return int(xr.process_index())
-
-
-def set_ir_debug(on: bool) -> None:
-    """IR nodes created from now on record the Python frames that created them (or stop)."""
-    _xlac()._set_ir_debug(bool(on))
-
-
-def ir_debug() -> bool:
-    return bool(_xlac()._get_ir_debug())
 
 
 def pending_graph(device: str) -> bytes:

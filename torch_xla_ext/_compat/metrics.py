@@ -1,4 +1,5 @@
-"""torch_xla.debug.metrics (the `_XLAC` counter and metric registry), in one place.
+"""torch_xla.debug.metrics (the `_XLAC` counter and metric registry), in one place. (The step marker
+and the devices are ``_compat/lazy.py``.)
 
 Counters are named integers (``UncachedCompile``, ``CachedCompile``, ``ExecuteComputation``,
 ``MarkStep``, ``aten::<op>`` for CPU fallbacks, ``xla::<op>`` for lowered ops); metrics are
@@ -41,8 +42,8 @@ __all__ = [
     "fallback_counters",
     "wait_device_ops",
     "counter_reader",
-    "replace_step_marker",
-    "restore_step_marker",
+    "compile_count",
+    "compile_samples",
     "metric_samples",
 ]
 
@@ -188,33 +189,13 @@ class CounterWindow:
         return Snapshot(merged, now.metrics).diff(self._start)
 
 
-# ---- the step marker (every lazy-tensor sync) ------------------------------------------------
-
-_original_step_marker: Callable[..., Any] | None = None
+# ---- reading counters from C++ --------------------------------------------------------------
 
 
 def counter_reader() -> Callable[[str], Any]:
     """torch_xla's counter read itself (``_XLAC._xla_counter_value``: a name -> value or None),
     for C++ that reads counters on every sync without a Python frame in between."""
     return torch_xla._XLAC._xla_counter_value
-
-
-def replace_step_marker(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Replaces ``_XLAC._xla_step_marker`` (where ``torch_xla.sync()`` and ``xm.mark_step()`` end)
-    with ``make(original)`` until :func:`restore_step_marker`."""
-    global _original_step_marker
-    if _original_step_marker is not None:
-        raise InternalError("torch_xla_ext._compat.metrics.replace_step_marker: already replaced")
-    _original_step_marker = torch_xla._XLAC._xla_step_marker
-    torch_xla._XLAC._xla_step_marker = make(_original_step_marker)
-
-
-def restore_step_marker() -> None:
-    """Puts back the step marker :func:`replace_step_marker` replaced."""
-    global _original_step_marker
-    if _original_step_marker is not None:
-        torch_xla._XLAC._xla_step_marker = _original_step_marker
-        _original_step_marker = None
 
 
 # ---- timestamps --------------------------------------------------------------------------------
@@ -228,3 +209,21 @@ def metric_samples(name: str) -> list[tuple[float, float]]:
     if not data:
         return []
     return [(float(t), float(v)) for t, v in data[2]]
+
+
+_COMPILE_TIME = "CompileTime"
+
+
+def compile_count() -> int:
+    """XLA compiles so far in this process (``CompileTime`` samples ever recorded: every XLA
+    compile, lazy or the Dynamo bridge's, adds one; clearing counters does not touch it)."""
+    data = _met.metric_data(_COMPILE_TIME)
+    return int(data[0]) if data else 0
+
+
+def compile_samples(n: int) -> list[tuple[float, float]]:
+    """The last ``n`` compiles as (wall-clock seconds, duration ns), oldest first; fewer when
+    torch_xla's bounded sample window dropped some."""
+    if n <= 0:
+        return []
+    return metric_samples(_COMPILE_TIME)[-n:]

@@ -42,6 +42,9 @@ class TorchXlaExport:
     additional_constants: list[np.ndarray]
     bytecode: bytes | None = None
     bytecode_path: str | None = None  # where the bytecode was read from (errors name it)
+    # Buffers the decomposed program writes in place (its BUFFER_MUTATION outputs), which the
+    # exporter does not return; None where unknown (a saved directory).
+    mutated_buffers: list[str] | None = None
 
 
 # torch_xla's StableHLOFunctionMeta as its JSON (StableHLOJSONSerializer) writes it: the schema of
@@ -105,30 +108,33 @@ def export_program(exported_program: Any, *, custom_ops_allowed_in_graph: tuple[
 
     `after_decompositions(graph_module)` edits the program between torch_xla's own decomposition
     pass (``stablehlo._run_decompositions``: torch.export's default table plus torch_xla's extras)
-    and its lowering, in place; it sees the very ops torch_xla lowers, at no second decomposition."""
+    and its lowering, in place; it sees the very ops torch_xla lowers, at no second decomposition.
+    The decomposed program's mutated buffers are kept in ``mutated_buffers``."""
     from torch_xla import stablehlo as shlo  # as in from_graph_module
 
     options = shlo.StableHLOExportOptions()
     options.custom_ops_allowed_in_graph = set(custom_ops_allowed_in_graph)
     options.export_node_metadata = export_node_metadata
-    if after_decompositions is None:
-        gm = shlo.exported_program_to_stablehlo(exported_program, options)
-    else:
-        decompose = shlo._run_decompositions
+    decompose = shlo._run_decompositions
+    mutated: list[str] = []
 
-        def decompose_then_edit(program):
-            decomposed = decompose(program)
+    def decompose_then_edit(program):
+        decomposed = decompose(program)
+        # torch_xla's lowering returns the user outputs only (it drops these writes)
+        mutated.extend(decomposed.graph_signature.buffers_to_mutate.values())
+        if after_decompositions is not None:
             after_decompositions(decomposed.graph_module)
-            return decomposed
+        return decomposed
 
-        with _decompose_lock:  # the module attribute is process-wide while it is swapped
-            shlo._run_decompositions = decompose_then_edit
-            try:
-                gm = shlo.exported_program_to_stablehlo(exported_program, options)
-            finally:
-                shlo._run_decompositions = decompose
+    with _decompose_lock:  # the module attribute is process-wide while it is swapped
+        shlo._run_decompositions = decompose_then_edit
+        try:
+            gm = shlo.exported_program_to_stablehlo(exported_program, options)
+        finally:
+            shlo._run_decompositions = decompose
     out = from_graph_module(gm)
     out.graph_module = gm  # kept for running torch_xla's own execution in tests/bench
+    out.mutated_buffers = mutated
     return out
 
 

@@ -52,7 +52,7 @@ class Collective:
     @property
     def scale_op_index(self) -> int | None:
         """
-        The multiply that applies the scale.
+        The multiply (or divide) that applies the scale.
         """
     @property
     def token_input(self) -> int | None:

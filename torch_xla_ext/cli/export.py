@@ -1,19 +1,22 @@
-"""`torch-xla-ext export` (a model factory to a bundle directory) and `torch-xla-ext inspect`
-(a bundle or save_as_stablehlo directory's manifest as a table)."""
+"""`torch-xla-ext export` (a model factory to a bundle directory, through `--frontend` torch_xla
+or torchax) and `torch-xla-ext inspect` (a bundle or save_as_stablehlo directory's manifest as a
+table; the manifest says which frontend made it)."""
 
 from __future__ import annotations
 
 import argparse
 
-from torch_xla_ext import export
+from torch_xla_ext import _frontend, export
 from torch_xla_ext._factory import load_model
 from torch_xla_ext.cli import progress
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    frontend = _frontend.check(args.frontend, "--frontend")
     model, example_args, kwargs = load_model(args.model)
-    progress(f"exporting {args.model} (tracer: {args.tracer})")
-    bundle = export.export(model, example_args, kwargs, options=export.ExportOptions(tracer=args.tracer))
+    progress(f"exporting {args.model} (frontend: {frontend}, tracer: {args.tracer})")
+    options = export.ExportOptions(tracer=args.tracer, num_replicas=args.num_replicas)
+    bundle = export.export(model, example_args, kwargs, options=options, frontend=frontend)
     if bundle.manifest.traced_by != "torch.export":
         progress(f"traced by {bundle.manifest.traced_by}: {bundle.manifest.fallback_reason}")
     if args.strip_tokens:
@@ -42,12 +45,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "export",
         help="export a model to StableHLO with a typed manifest (tokens, collectives, scales)",
         description="Call FACTORY from MODULE (it returns (model, args) or (model, args, kwargs)), "
-        "export with torch.export and torch_xla, write the bundle to --out and print its manifest.",
+        "export with torch.export and the frontend's lowering (torch_xla's exporter, or torchax's), write the "
+        "bundle to --out and print its manifest.",
     )
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY", help="e.g. mymodels:make_mlp")
     p.add_argument("--out", required=True, metavar="DIR", help="bundle directory to write")
-    p.add_argument("--tracer", choices=("auto", "torch.export", "lazy"), default="auto",
+    p.add_argument("--frontend", default=_frontend.DEFAULT, metavar="{" + ",".join(_frontend.FRONTENDS) + "}",
+                   help=f"whose lowering exports the model (default: {_frontend.DEFAULT})")
+    p.add_argument("--tracer", choices=export.TRACER_CHOICES, default="auto",
                    help="auto: torch.export, else torch_xla's lazy trace of one forward pass (docs/export.md)")
+    p.add_argument("--num-replicas", type=int, default=1, metavar="N",
+                   help="torchax: the size of the axis its c10d collectives reduce over (an average divides by it)")
     p.add_argument("--strip-tokens", action="store_true", help="make collective tokens inside main")
     p.add_argument("--inline-constants", action="store_true", help="bake lifted constants into the module")
     p.add_argument("--inline-weights", action="store_true", help="bake constants and weights into the module")

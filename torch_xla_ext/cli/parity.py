@@ -8,7 +8,8 @@ nn.Sequential) and ``args`` is ``(x,)``: the layers run with torch_xla's scan_la
 ``--capture FILE`` only runs the model on XLA and saves its per-module capture and the program it
 ran (safetensors); ``--compare-capture FILE`` compares such a file with CPU runs of the model and
 replays its program, without XLA. ``--rules`` names the device precision rules the rounded replay
-applies (``auto``: each dot's precision_config on the device the run or the capture used).
+applies (default ``auto``: each dot's precision_config on the device the run or the capture used;
+the rules and their help are parity's registry, ``parity/program/rules.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,21 @@ import argparse
 
 from torch_xla_ext._factory import FactorySpecError, load_model
 from torch_xla_ext.cli import progress
+
+
+RULES_HELP = "the device precision rules (parity's rules registry)"
+
+
+class _HelpWithRules(argparse.HelpFormatter):
+    """The ``--rules`` help from the rules registry, where each rule's words live: imported only
+    when the help is printed (it imports torch, which ``torch-xla-ext --help`` does not need)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help is RULES_HELP:
+            from torch_xla_ext.parity.program import rules  # torch: only for `parity --help`
+
+            return rules.cli_help()
+        return action.help
 
 
 def _layers(model, spec: str, flag: str):
@@ -29,7 +45,7 @@ def _layers(model, spec: str, flag: str):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from torch_xla_ext import parity
+    from torch_xla_ext import parity  # torch, torch_xla and JAX: not for `torch-xla-ext --help`
 
     tol = {} if args.rtol is None and args.atol is None else {"rtol": args.rtol, "atol": args.atol}
     if args.model is None:
@@ -40,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
                  f"input (3, 4, 5, 128), {args.dtype}, XLA (PJRT CPU) vs CPU eager")
         layers, reference, x = parity.scan_patched_linear_example(args.dtype)
         report = parity.scan_layers(layers, x, dtype=args.dtype, reference_layers=reference, rules=args.rules, **tol)
-        return _finish(report, args, check=False)
+        return _finish(parity, report, args, check=False)
 
     if args.plot and not (args.localize or args.compare_capture):
         raise FactorySpecError("--plot: needs a per-module localisation (--localize or --compare-capture)")
@@ -70,17 +86,14 @@ def _run(args: argparse.Namespace) -> int:
         report = parity.verify(made.model, made.args, made.kwargs, dtype=args.dtype, reference=reference,
                                localize=args.localize, explorer_dir=args.explorer, rules=args.rules, **tol)
         if args.explorer:
-            from torch_xla_ext.parity import explorer
-
             progress(f"wrote the program and its per-op error for Model Explorer to {args.explorer}; open it with "
                      f"(pip install ai-edge-model-explorer):")
-            print(explorer.open_command(args.explorer), flush=True)
-    return _finish(report, args, check=True)
+            print(parity.explorer.open_command(args.explorer), flush=True)
+    return _finish(parity, report, args, check=True)
 
 
-def _finish(report, args: argparse.Namespace, check: bool) -> int:
-    from torch_xla_ext import parity
-
+def _finish(parity, report, args: argparse.Namespace, check: bool) -> int:
+    """Writes the report where asked and prints it; ``parity`` is the package, imported by the caller."""
     if args.json:
         with open(args.json, "w") as f:
             f.write(report.to_json(indent=2))
@@ -105,6 +118,7 @@ def _finish(report, args: argparse.Namespace, check: bool) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "parity",
+        formatter_class=_HelpWithRules,
         help="XLA vs CPU parity verdict, explained (fp64 golden, replays of XLA's program, per-module errors)",
         description="Run a model on XLA and CPU eager, compare with an fp64 golden and with replays of XLA's own "
         "program (with XLA:CPU's roundings, and exactly in fp64), and explain the verdict. Without --model, runs "
@@ -120,10 +134,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="dtype of the XLA and CPU runs")
     p.add_argument("--rtol", type=float, help="relative tolerance (default: torch.testing's for the dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: torch.testing's for the dtype)")
-    p.add_argument("--rules", default="xla-cpu", metavar="RULES",
-                   help="the device precision rules the rounded replay applies to f32 dots and convolutions: xla-cpu "
-                        "(default), tpu-default/tpu-high/tpu-highest (1, 3 or 6 bf16 passes), gpu-tf32, or auto (each "
-                        "dot's precision_config on the device the run or the capture used)")
+    # Its help is the rules registry's (parity/program/rules.py), read when help is printed.
+    p.add_argument("--rules", default="auto", metavar="RULES", help=RULES_HELP)
     p.add_argument("--localize", action="store_true",
                    help="also separate every submodule's own error from what it inherited")
     p.add_argument("--plot", metavar="FILE.png", help="plot the per-module errors (with --localize)")

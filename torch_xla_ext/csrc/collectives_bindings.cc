@@ -49,7 +49,7 @@ TXE_PYBIND_SUBMODULE(collectives, m) {
       .def_readonly("operand_inputs", &tc::Collective::operand_inputs,
                     "Arguments of main the data operands depend on, ascending.")
       .def_readonly("scale", &tc::Collective::scale)
-      .def_readonly("scale_op_index", &tc::Collective::scale_op_index, "The multiply that applies the scale.")
+      .def_readonly("scale_op_index", &tc::Collective::scale_op_index, "The multiply (or divide) that applies the scale.")
       .def("__repr__", [](const tc::Collective& c) { return "<Collective " + c.op + " " + c.reduce + ">"; });
 
   py::class_<tc::Analysis>(m, "Analysis", "Argument kinds and collectives of main (cc/collectives/analysis.h).")

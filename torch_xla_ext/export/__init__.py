@@ -7,7 +7,7 @@ Example:
     >>> import torch
     >>> from torch_xla_ext import export
     >>> model, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
-    >>> bundle = export.export(model, (x,))            # torch.export + torch_xla's exporter
+    >>> bundle = export.export(model, (x,))            # torch.export + torch_xla's exporter (frontend="torchax": torchax's)
     >>> [(i.kind, i.name) for i in bundle.manifest.inputs]
     [('parameter', 'bias'), ('parameter', 'weight'), ('user_input', 'input')]
     >>> bundle.save("m"); (out,) = export.run("m", x.numpy())     # the run needs JAX, not torch
@@ -21,8 +21,12 @@ cross-checks, the dtype table); `files` (the directory's names, untrusted file r
 values, the portable artifact); `main_wrapper`, `tensor_file`; `transforms` (`strip_tokens`,
 `inline_constants`, `to_jax`, `load_jax`, on Bundles); `bundle` (the Bundle, save/load; the
 transforms taking a directory too); `runner` (`run` on PJRT CPU devices); `leaves` (user inputs
-and outputs named by pytree path); `lazy` (torch_xla's lazy trace); `exporter` (torch.export +
-torch_xla). No module imports one above it.
+and outputs named by pytree path); `sites` (where in the model's code); `options`
+(`ExportOptions`); `torch_program` (the model as a torch.export program: argument names, keyword
+inputs, state kinds, output names); `view_rewrite`; `lazy` (torch_xla's lazy trace); one exporter
+per frontend, `torch_xla_exporter` (torch.export + torch_xla) and `torchax_exporter` (torch.export
++ torchax's lowering to JAX); `exporter` (`export`: the frontend's exporter, chosen once). No
+module imports one above it.
 
 The JAX side (`load`, `run`, the transforms, `to_jax`, `load_jax`) imports JAX only, never torch,
 and works on every JAX from the pin (0.7.1) to the newest tested (0.12) with only `jax[cpu]`,
@@ -38,7 +42,7 @@ from torch_xla_ext.export.bundle import Bundle, inline_constants, load, load_jax
 from torch_xla_ext.export.errors import (BundleError, BundleFileNotFoundError, BundleTypeError, BundleVersionError,
                                         ExportLoweringError, JaxExportExpiredError, ModuleTextError, RunInputError,
                                         UnknownDialectError, WeightsTooLargeError)
-from torch_xla_ext.export.exporter import ExportOptions, export
+from torch_xla_ext.export.exporter import TRACER_CHOICES, ExportOptions, export
 from torch_xla_ext.export.manifest import FORMAT_VERSION, INPUT_KINDS, MANIFEST_FILE, Collective, Input, Manifest
 from torch_xla_ext.export.files import ARTIFACT_FILE, JAX_EXPORT_DIR, MODULE_FILE
 from torch_xla_ext.export.runner import run
@@ -47,7 +51,8 @@ from torch_xla_ext.export.transforms import JaxExport
 __all__ = [
     "ARTIFACT_FILE", "Bundle", "BundleError", "BundleFileNotFoundError", "BundleTypeError", "BundleVersionError",
     "Collective", "ExportLoweringError", "ExportOptions", "FORMAT_VERSION", "INPUT_KINDS", "Input", "JAX_EXPORT_DIR",
-    "JaxExport", "JaxExportExpiredError", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "ModuleTextError", "RunInputError", "UnknownDialectError",
+    "JaxExport", "JaxExportExpiredError", "MANIFEST_FILE", "MODULE_FILE", "Manifest", "ModuleTextError", "RunInputError",
+    "TRACER_CHOICES", "UnknownDialectError",
     "WeightsTooLargeError", "export",
     "inline_constants", "load", "load_jax", "run", "strip_tokens", "to_jax",
 ]

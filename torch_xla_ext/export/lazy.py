@@ -30,9 +30,7 @@ Example:
 from __future__ import annotations
 
 import copy
-import os
 import sys
-import sysconfig
 from typing import Any, Sequence
 
 from torch_xla_ext import _dtypes, _mlir_text
@@ -42,71 +40,9 @@ from torch_xla_ext.errors import TorchXlaExtError, first_line
 from torch_xla_ext.export.bundle import Bundle, from_torch_xla
 from torch_xla_ext.export.errors import ExportLoweringError
 from torch_xla_ext.export.leaves import leaf_paths, user_leaves
+from torch_xla_ext.export.sites import chain, guard_site, module_paths, node_site, site_fields, site_of, where
 
 LAZY_TRACE = "torch_xla lazy trace"
-
-
-# --- where: module path and source line of a frame stack ------------------------------------------
-
-
-def _library_dirs() -> tuple[str, ...]:
-    """Directories whose frames are never "the model's code": torch, torch_xla, this package and
-    the standard library."""
-    import torch
-    import torch_xla
-
-    dirs = [os.path.dirname(torch.__file__), os.path.dirname(torch_xla.__file__),
-            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sysconfig.get_paths()["stdlib"]]
-    return tuple(os.path.realpath(d) + os.sep for d in dirs)
-
-
-def site_of(frames: Sequence[Any], module_paths: dict[int, str]) -> dict[str, str | None]:
-    """{"module_path", "module_type", "source", "source_line"} of a stack given innermost frame
-    first: the innermost frame outside torch/torch_xla/the stdlib is the source line; the
-    innermost frame whose `self` is a submodule of the model (by identity) gives the module path."""
-    import linecache
-
-    libs = _library_dirs()
-    out: dict[str, str | None] = {"module_path": None, "module_type": None, "source": None, "source_line": None}
-    for frame, lineno in frames:
-        filename = frame.f_code.co_filename
-        if out["source"] is None and not os.path.realpath(filename).startswith(libs) and not filename.startswith("<"):
-            out["source"] = f"{filename}:{lineno}"
-            out["source_line"] = linecache.getline(filename, lineno).strip() or None
-        owner = frame.f_locals.get("self") if out["module_path"] is None else None
-        if owner is not None and id(owner) in module_paths:
-            out["module_path"] = module_paths[id(owner)]
-            out["module_type"] = type(owner).__name__
-        if out["source"] is not None and out["module_path"] is not None:
-            break
-    return out
-
-
-def _module_paths(model: Any) -> dict[int, str]:
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        return {}
-    return {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
-
-
-def _traceback_frames(error: BaseException) -> list[tuple[Any, int]]:
-    tb, frames = error.__traceback__, []
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
-    return frames[::-1]
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    """The error and its explicit causes (`raise ... from`); not `__context__`, which can be any
-    exception that was being handled somewhere up the stack."""
-    seen, out, e = set(), [], error
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        out.append(e)
-        e = e.__cause__
-    return out
 
 
 def is_data_dependent(error: BaseException) -> bool:
@@ -116,19 +52,7 @@ def is_data_dependent(error: BaseException) -> bool:
 
     kinds = tuple(k for k in (getattr(symbolic_shapes, "GuardOnDataDependentSymNode", None),
                               getattr(symbolic_shapes, "PendingUnbackedSymbolNotFound", None)) if k is not None)
-    return any(isinstance(e, kinds) for e in _chain(error))
-
-
-def guard_site(error: BaseException, model: Any) -> dict[str, str | None]:
-    """Where torch.export's error was raised in the model's code (the innermost exception of the
-    chain whose traceback passes through it)."""
-    paths = _module_paths(model)
-    best = {"module_path": None, "module_type": None, "source": None, "source_line": None}
-    for e in _chain(error):
-        site = site_of(_traceback_frames(e), paths)
-        if site["source"] is not None and (best["source"] is None or site["module_path"] is not None):
-            best = site
-    return best
+    return any(isinstance(e, kinds) for e in chain(error))
 
 
 def data_dependent_node(ep: Any) -> dict[str, str | None] | None:
@@ -136,8 +60,6 @@ def data_dependent_node(ep: Any) -> dict[str, str | None] | None:
     (a free unbacked symbol: `nonzero`'s length, an `.item()`), from torch.export's own node
     metadata (`nn_module_stack`, `stack_trace`); None if it has none. torch_xla's exporter would
     run such an op on the host and then refuse the program."""
-    import re
-
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     for node in ep.graph.nodes:
@@ -146,29 +68,9 @@ def data_dependent_node(ep: Any) -> dict[str, str | None] | None:
             unbacked = bool(free_unbacked_symbols(val)) if val is not None else False
         except (TypeError, AttributeError):  # a value kind free_unbacked_symbols does not walk
             unbacked = False
-        if not unbacked:
-            continue
-        site = {"module_path": None, "module_type": None, "source": None, "source_line": None,
-                "op": str(node.target)}
-        stack = node.meta.get("nn_module_stack") or {}
-        if stack:
-            path, kind = list(stack.values())[-1]
-            site["module_path"], site["module_type"] = path, str(getattr(kind, "__name__", kind)).rsplit(".", 1)[-1]
-        frames = re.findall(r'File "([^"]+)", line (\d+)[^\n]*\n\s*(.*)', node.meta.get("stack_trace") or "")
-        if frames:
-            f, line, code = frames[-1]
-            site["source"], site["source_line"] = f"{f}:{line}", code.strip() or None
-        return site
+        if unbacked:
+            return node_site(node)
     return None
-
-
-def where(site: dict[str, str | None]) -> str:
-    parts = []
-    if site.get("module_path") is not None:
-        parts.append(f"{site['module_path'] or '(root)'} ({site['module_type']})")
-    if site.get("source"):
-        parts.append(f"at {site['source']}" + (f" `{site['source_line']}`" if site.get("source_line") else ""))
-    return " ".join(parts)
 
 
 # --- the fallback ----------------------------------------------------------------------------------
@@ -213,7 +115,7 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
     if not isinstance(model, torch.nn.Module):
         raise ExportLoweringError(f"model: {reason}; the fallback to torch_xla's lazy trace needs an nn.Module "
                                   f"(its parameters are matched by identity), got {type(model).__name__}",
-                                  **_site_fields(guard)) from why
+                                  **site_fields(guard)) from why
     device = torch_xla.device()
     try:
         xmodel = copy.deepcopy(model).to(device)  # the caller's model stays where it is
@@ -226,7 +128,7 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         torch_xla.sync()  # weights and inputs become device data, the graph's parameters
         counts = _HostSyncCounts()
         counts.wait()
-        finder = _cut_finder(_module_paths(xmodel), guard, counts)
+        finder = _cut_finder(module_paths(xmodel), guard, counts)
         before = counts()
         try:
             with torch.no_grad(), finder:
@@ -238,7 +140,7 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         raise
     except Exception as e:  # noqa: BLE001 - the model does not run on torch_xla either: say both
         raise ExportLoweringError(f"model: {reason}; and torch_xla's lazy trace of the forward pass failed too "
-                                  f"({first_line(e, with_type=True)})", **_site_fields(guard)) from e
+                                  f"({first_line(e, with_type=True)})", **site_fields(guard)) from e
     if finder.cuts or any(synced):
         data_dependent = guard.get("op") is not None or why is not None and is_data_dependent(why)
         raise _specialised_error(reason, guard, synced, finder, data_dependent)
@@ -254,7 +156,7 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         reason += f"; not exported (not tensors to torch.utils._pytree): {', '.join(dropped)}"
     if not outputs:
         raise ExportLoweringError(f"model: {reason}; and the model's return value holds no tensor to export "
-                                  f"({type(out).__name__})", **_site_fields(guard))
+                                  f"({type(out).__name__})", **site_fields(guard))
     tensors = [t for _, t in outputs]
     # HLO parameter i is the i-th device-data tensor of the same walk of torch_xla's IR graph.
     ids, values, proto = hlo.graph_input_ids(tensors), hlo.graph_inputs(tensors), hlo.lowered_hlo_proto(tensors)
@@ -287,7 +189,7 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
         text = _mlir_text.hlo_to_stablehlo_text(proto, "torch_xla's HLO", error=ValueError, debug_info=False)
     except ValueError as e:  # jaxlib's importer refused torch_xla's HLO
         raise ExportLoweringError(f"model: {reason}; and jaxlib cannot convert the HLO of torch_xla's lazy trace "
-                                  f"to StableHLO ({first_line(e)})", **_site_fields(guard)) from e
+                                  f"to StableHLO ({first_line(e)})", **site_fields(guard)) from e
     tx = TorchXlaExport(
         text=text, input_locations=locations, input_signature=signature,
         output_signature=[(list(t.shape), str(t.dtype).replace("torch.", "")) for t in tensors],
@@ -300,11 +202,6 @@ def export_lazy(model: Any, args: Sequence[Any], kwargs: dict[str, Any], names: 
     bundle.manifest.fallback_reason = reason
     bundle.torch_xla_export = tx
     return bundle
-
-
-def _site_fields(site: dict[str, str | None]) -> dict[str, Any]:
-    return {"module_path": site.get("module_path"), "source": site.get("source"),
-            "source_line": site.get("source_line")}
 
 
 class _Stop(Exception):

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Union
 
 from typing_extensions import NotRequired, TypedDict  # pydantic's dependency; NotRequired on every Python
 
-from torch_xla_ext import _dtypes, _json, _validation
+from torch_xla_ext import _dtypes, _frontend, _json, _validation
 from torch_xla_ext._validation import Before, Check
 from torch_xla_ext.export.errors import BundleError, BundleVersionError
 
@@ -105,6 +105,11 @@ _Kind = Annotated[str, Check(lambda v: v in INPUT_KINDS, "one of " + ", ".join(I
 _Flag = Annotated[bool, _none_as(bool)]
 _Strings = Annotated[list[str], _none_as(list)]
 _TracedBy = Annotated[str, _none_as(lambda: TRACERS[0]), Check(lambda v: v in TRACERS, "one of " + ", ".join(TRACERS))]
+_Frontend = Annotated[str, _none_as(lambda: _frontend.DEFAULT),
+                      Check(lambda v: v in _frontend.FRONTENDS, "one of " + ", ".join(_frontend.FRONTENDS))]
+_Positive = Annotated[int, Check(lambda v: v >= 1, "an int >= 1")]
+MUTATED_KINDS = ("buffer", "user_input")
+_MutatedKind = Annotated[str, Check(lambda v: v in MUTATED_KINDS, "one of " + ", ".join(MUTATED_KINDS))]
 
 
 class Output(TypedDict):
@@ -131,6 +136,17 @@ class NestedCollective(TypedDict):
 
 
 _NestedCollectives = Annotated[list[NestedCollective], _none_as(list)]
+
+
+class DroppedMutation(TypedDict):
+    """An in-place write of the forward pass that `main` does not return (torch.export's
+    BUFFER_MUTATION or USER_INPUT_MUTATION output): the buffer's state-dict name, or the input's."""
+
+    kind: _MutatedKind
+    name: str
+
+
+_DroppedMutations = Annotated[list[DroppedMutation], _none_as(list)]
 
 
 @dataclasses.dataclass
@@ -189,6 +205,14 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     traced_by: _TracedBy = "torch.export"
     fallback_reason: str | None = None     # why torch.export's path was not taken (traced_by != torch.export)
+    # Whose lowering made the program: "torch_xla" (its exporter or lazy trace) or "torchax".
+    frontend: _Frontend = _frontend.DEFAULT
+    # In-place writes the program does not return ({"kind", "name"}): a run leaves those tensors as
+    # they were (a BatchNorm's running statistics in training mode). Both exporters drop them.
+    dropped_mutations: _DroppedMutations = dataclasses.field(default_factory=list)
+    # The replica count the program computes for, when it depends on it (torchax's average divides
+    # by the size of its collective axis at export); None: any. `run` refuses another.
+    num_replicas: _Positive | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -307,6 +331,13 @@ class Manifest:
             out.append("transforms: " + ", ".join(self.transforms))
         if self.traced_by != "torch.export":
             out.append(f"traced by: {self.traced_by} ({self.fallback_reason})")
+        if self.frontend != _frontend.DEFAULT:
+            out.append(f"frontend: {self.frontend}")
+        if self.num_replicas is not None:
+            out.append(f"computes for {self.num_replicas} replica(s) only (an average divides by it)")
+        if self.dropped_mutations:
+            out.append("in-place writes not returned (a run leaves them as exported): " +
+                       ", ".join(f"{d['kind']} {d['name']}" for d in self.dropped_mutations))
         return "\n\n".join(out)
 
 

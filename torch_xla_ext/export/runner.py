@@ -131,6 +131,11 @@ def run(bundle_or_dir: Bundle | str | os.PathLike, *user_inputs: Any, num_replic
     bundle = as_bundle(bundle_or_dir, "bundle_or_dir")
     if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
         raise RunInputError(f"num_replicas: expected an int >= 1, got {num_replicas!r}")
+    exported_for = bundle.manifest.num_replicas
+    if exported_for is not None and num_replicas != exported_for:
+        raise RunInputError(f"num_replicas: the program computes for {exported_for} replica(s) only ({MANIFEST_FILE} "
+                            f"field 'num_replicas': an average divides by the replica count it was exported "
+                            f"for); got {num_replicas}")
     if num_replicas == 1:
         per_replica = [_arguments(bundle, user_inputs, None)]
     else:

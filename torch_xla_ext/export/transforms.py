@@ -349,6 +349,10 @@ def to_jax(bundle: Bundle, *, platform: str = "cpu") -> JaxExport:
     bundle = as_bundle(bundle)
     if not isinstance(platform, str) or not platform:
         raise BundleError(f"platform: expected a JAX platform name such as 'cpu', got {platform!r}")
+    if bundle.manifest.num_replicas not in (None, 1):
+        # the Exported runs on one device, where the average would divide one replica's sum
+        raise BundleError(f"to_jax: the program computes for {bundle.manifest.num_replicas} replicas only (manifest "
+                          f"field 'num_replicas'); a jax.export.Exported of it runs on one device")
     stripped = strip_tokens(bundle)
     inlined = sum(np.asarray(a).nbytes for a in stripped.resources.values())
     if inlined >= jax_export.SERIALIZED_LIMIT:  # refused before materializing what cannot be serialized

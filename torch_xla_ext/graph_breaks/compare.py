@@ -22,6 +22,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from torch_xla_ext import _factory, _json
+from torch_xla_ext.graph_breaks import html, plot
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 from torch_xla_ext.graph_breaks.worker import EXIT_BAD_INPUT, MODES, median, run_mode
 
@@ -149,14 +150,10 @@ class Comparison:
     def plot(self, path: str) -> str | None:
         """A PNG with breaks, partitions, compiles and ms/step side by side, per mode; None (and
         nothing written) without matplotlib."""
-        from torch_xla_ext.graph_breaks import plot
-
         return plot.plot_comparison(self, path)
 
     def write_html(self, path: str) -> str:
         """One self-contained HTML file (no network): every mode's report and the joined view."""
-        from torch_xla_ext.graph_breaks import html
-
         return html.write_comparison(path, self)
 
 

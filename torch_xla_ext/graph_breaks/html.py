@@ -27,6 +27,7 @@ import functools
 import os
 from typing import Any
 
+from torch_xla_ext import _html
 from torch_xla_ext._html import CSP, CSS
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 
@@ -99,8 +100,8 @@ _MACROS = """
 </summary>
 {{ thead(["XLA graph hash", "nodes", "compile ms", "executions", "per step"]) }}
 {% for p in br["partitions"] %}
-{% set h = r.per_graph_hash.get(p["hash"], {}) %}{% set ex = h.get("executions", 0) %}
-<tr><td><code>{{ p["hash"][:16] }}</code></td><td class="n">{{ p["nodes"] }}</td>
+{% set h = r.per_graph_hash.get(p["graph_hash"], {}) %}{% set ex = h.get("executions", 0) %}
+<tr><td><code>{{ p["graph_hash"][:16] }}</code></td><td class="n">{{ p["nodes"] }}</td>
 <td class="n">{{ "%.1f"|format(h.get("compile_ms", 0.0)) }}</td><td class="n">{{ ex }}</td>
 <td class="n">{% if per_step %}{{ "%g"|format(ex / per_step) }}{% else %}-{% endif %}</td></tr>
 {% endfor %}
@@ -229,8 +230,6 @@ def _compact(template: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _env() -> Any:
-    from torch_xla_ext import _html
-
     return _html.environment({"macros": _compact(_MACROS), "page": _compact(_PAGE), "report": _compact(_REPORT),
                               "comparison": _compact(_COMPARISON), "merged": _compact(_MERGED)})
 

@@ -25,8 +25,15 @@ import time
 from typing import Any
 
 from torch_xla_ext import _versions
+from torch_xla_ext._compat import lazy as _lazy
+from torch_xla_ext._compat import trace_log
+from torch_xla_ext._dynamo_events import (AotGraph, BridgeExtraction, DynamoGraph, FrameCompile, GraphBreak, Partition,
+                                         Recompile, XlaCompile)
 from torch_xla_ext._ext import graph_breaks as _core
+from torch_xla_ext.graph_breaks import tlparse
+from torch_xla_ext.graph_breaks import trace as _trace
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
+from torch_xla_ext.graph_breaks.watch import BridgeSink, BridgeWatch, SyncWatch
 
 __all__ = ["GraphBreakLedger", "account", "native_ledger", "rank_identity"]
 
@@ -57,6 +64,13 @@ class _NoXlaWindow:
 # Regions open in this process: only the outermost writes tlparse artifacts (a nested region's
 # compile ids are the outer one's too).
 _open_regions = [0]
+
+
+def _metrics() -> Any:
+    # Imports torch_xla: only where graph_breaks.openxla's stack is there (Dynamo's half runs without it).
+    from torch_xla_ext._compat import metrics
+
+    return metrics
 
 
 def rank_identity() -> dict[str, Any]:
@@ -92,7 +106,7 @@ def _env_int(name: str) -> int | None:
         raise GraphBreakError(f"environment variable {name}={v!r} is not an integer") from None
 
 
-class GraphBreakLedger:
+class GraphBreakLedger(BridgeSink):
     """Records Dynamo, AOTAutograd, bridge and XLA events while its region is open; see
     :func:`account`."""
 
@@ -130,105 +144,84 @@ class GraphBreakLedger:
     def _span(self, name: str, track: str, t0: int, t1: int, **args: Any) -> None:
         self._spans.append({"name": name, "track": track, "t0": t0, "t1": t1, "args": args})
 
-    def on_compile_start(self, compile_id: str, name: str, file: str, line: int, t_ns: int) -> None:
-        c = self._compiles.setdefault(compile_id, {"compile_id": compile_id, "name": name,
-                                                   "frame": f"{file}:{line}", "breaks": [],
-                                                   "recompile_reason": None, "error": None})
-        c["t0"] = t_ns
+    def on_compile_start(self, compile_id: str, name: str, frame: str, t_ns: int) -> None:
+        # Opened at the start, so the breaks and the recompile of the compile find it.
+        self._compiles.setdefault(compile_id, {"compile_id": compile_id, "name": name, "frame": frame, "breaks": [],
+                                               "recompile_reason": None, "error": None})
 
-    def on_compile_end(self, compile_id: str, t_ns: int, error: str | None) -> None:
-        c = self._compiles.get(compile_id)
-        if c is None or "t0" not in c:
-            return
-        c["ms"] = (t_ns - c["t0"]) / 1e6
-        c["error"] = error
-        self._span(f"[{compile_id}] {c['name']}", "dynamo compile", c["t0"], t_ns, frame=c["frame"],
-                   compile_id=compile_id, **({"error": error} if error else {}))
+    def on_frame_compile(self, ev: FrameCompile) -> None:
+        c = self._compiles.setdefault(ev.compile_id, {"compile_id": ev.compile_id, "name": ev.name, "frame": ev.frame,
+                                                      "breaks": [], "recompile_reason": None, "error": None})
+        c["ms"] = ev.ms
+        c["error"] = ev.error
+        self._span(f"[{ev.compile_id}] {ev.name}", "dynamo compile", ev.t0_ns, ev.t1_ns, frame=ev.frame,
+                   compile_id=ev.compile_id, **({"error": ev.error} if ev.error else {}))
 
-    def on_recompile(self, compile_id: str, failed_guard: str, file: str, line: int) -> None:
-        self._ledger.record(K.recompile, S.dynamo, reason=failed_guard, file=file, line=line)
-        row = self._recompiles.setdefault((failed_guard, file, line), {
-            "reason": failed_guard, "frame": f"{file}:{line}", "count": 0, "compile_ids": []})
+    def on_recompile(self, ev: Recompile) -> None:
+        file, _, line = ev.frame.rpartition(":")
+        self._ledger.record(K.recompile, S.dynamo, reason=ev.reason, file=file, line=int(line or 0))
+        row = self._recompiles.setdefault((ev.reason, ev.frame), {
+            "reason": ev.reason, "frame": ev.frame, "count": 0, "compile_ids": []})
         row["count"] += 1
-        row["compile_ids"].append(compile_id)
-        if compile_id in self._compiles:
-            self._compiles[compile_id]["recompile_reason"] = failed_guard
+        row["compile_ids"].append(ev.compile_id)
+        if ev.compile_id in self._compiles:
+            self._compiles[ev.compile_id]["recompile_reason"] = ev.reason
 
-    def on_graph_break(self, compile_id: str, record: dict[str, Any]) -> None:
-        key = (record["gb_type"], record["file"], record["line"])
-        inherited = record.get("origin") == "inherited"
+    def on_graph_break(self, ev: GraphBreak) -> None:
+        key = (ev.gb_type, ev.file, ev.line)
+        inherited = not ev.logged
         if not inherited:  # a split Dynamo neither logs nor counts is not one of its breaks
-            self._ledger.record(K.graph_break, S.dynamo, key=record["gb_type"], file=record["file"],
-                                line=record["line"])
+            self._ledger.record(K.graph_break, S.dynamo, key=ev.gb_type, file=ev.file, line=ev.line)
         row = self._breaks.get(key)
         if row is None:
             row = self._breaks[key] = {
-                "gb_type": record["gb_type"], "gb_id": record["gb_id"], "explanation": record["explanation"],
-                "hints": list(record["hints"]), "context": record["context"], "doc": record["doc"],
-                "reason": f"{record['gb_type']}: {record['explanation']}" if record["explanation"] else record["gb_type"],
-                "dynamo_reason": record["dynamo_reason"], "frame": f"{record['file']}:{record['line']}",
-                "function": record["function"], "count": 0, "inherited": 0, "counted": 0, "jumps": 0, "split_at": [],
+                "gb_type": ev.gb_type, "gb_id": ev.gb_id, "explanation": ev.explanation,
+                "hints": list(ev.hints), "context": ev.context, "doc": ev.doc,
+                "reason": f"{ev.gb_type}: {ev.explanation}" if ev.explanation else ev.gb_type,
+                "dynamo_reason": ev.dynamo_reason, "frame": ev.frame,
+                "function": ev.function, "count": 0, "inherited": 0, "counted": 0, "jumps": 0, "split_at": [],
                 "compile_ids": []}
         row["count"] += 1
-        row["counted"] += int(bool(record.get("counted")))  # in Dynamo's counters["graph_break"]
-        row["jumps"] += int(record.get("origin") == "jump")  # a jump in the frame's own code
-        row["skipped_frames"] = row.get("skipped_frames", 0) + int(record.get("origin") == "frame_skipped")
-        row["compile_ids"].append(compile_id)
+        row["counted"] += int(ev.counted)  # in Dynamo's counters["graph_break"]
+        row["jumps"] += int(ev.origin == "jump")  # a jump in the frame's own code
+        row["skipped_frames"] = row.get("skipped_frames", 0) + int(ev.origin == "frame_skipped")
+        row["compile_ids"].append(ev.compile_id)
         if inherited:
             row["inherited"] += 1
-            if record.get("split_at") and record["split_at"] not in row["split_at"]:
-                row["split_at"].append(record["split_at"])
-        if compile_id in self._compiles:
-            where = f" (split at the call {record['split_at']})" if inherited and record.get("split_at") else ""
-            self._compiles[compile_id]["breaks"].append(f"{row['gb_type']} at {row['frame']}{where}")
+            if ev.split_at and ev.split_at not in row["split_at"]:
+                row["split_at"].append(ev.split_at)
+        if ev.compile_id in self._compiles:
+            where = f" (split at the call {ev.split_at})" if inherited and ev.split_at else ""
+            self._compiles[ev.compile_id]["breaks"].append(f"{row['gb_type']} at {row['frame']}{where}")
 
-    def on_dynamo_graph(self, compile_id: str, graph: int, nodes: int, ops: int,
-                        ended_by: dict[str, Any] | None) -> None:
-        self._ledger.record(K.fx_graph, S.dynamo, key=compile_id)
-        end = None
-        if ended_by is not None:  # Dynamo split here (GraphCompileReason.graph_break), whatever its text
-            end = ended_by["gb_type"] or "(a break Dynamo gave no reason text)"
-            if ended_by.get("file"):
-                end += f" at {ended_by['file']}:{ended_by['line']}"
-        self._graphs[graph] = {"graph": graph, "compile_id": compile_id, "nodes": nodes, "ops": ops,
-                               "ended_by": end}
+    def on_dynamo_graph(self, ev: DynamoGraph) -> None:
+        self._ledger.record(K.fx_graph, S.dynamo, key=ev.compile_id)
+        self._graphs[ev.graph] = {"graph": ev.graph, "compile_id": ev.compile_id, "nodes": ev.nodes, "ops": ev.ops,
+                                  "ended_by": ev.ended_by}
 
-    def on_aot_graph(self, compile_id: str, graph: int | None, name: str, kind: str, nodes: int) -> None:
-        self._aot[name] = {"name": name, "kind": kind, "nodes": nodes, "compile_id": compile_id, "graph": graph}
+    def on_aot_graph(self, ev: AotGraph) -> None:
+        self._aot[ev.name] = {"name": ev.name, "kind": ev.kind, "nodes": ev.nodes, "compile_id": ev.compile_id,
+                              "graph": ev.graph}
 
-    def on_bridge_start(self, bridge: int, aot_name: str | None, compile_id: str | None, nodes: int,
-                        t_ns: int) -> None:
-        self._bridges[bridge] = {"bridge": bridge, "aot_name": aot_name, "compile_id": compile_id, "nodes": nodes,
-                                 "t0": t_ns, "partitions": [], "fallback_nodes": [], "eager_nodes": [],
-                                 "error": None}
-
-    def on_bridge_end(self, bridge: int, t_ns: int, error: str | None) -> None:
-        b = self._bridges.get(bridge)
-        if b is None:
-            return
-        b["ms"] = (t_ns - b["t0"]) / 1e6
-        b["error"] = error
-        self._span(f"extract {b['aot_name'] or 'graph'}", "bridge", b["t0"], t_ns, partitions=len(b["partitions"]),
-                   **({"compile_id": b["compile_id"]} if b["compile_id"] not in (None, "-") else {}),
-                   **({"error": error} if error else {}))
+    def on_bridge_extraction(self, ev: BridgeExtraction) -> None:
+        self._bridges[ev.bridge] = {"bridge": ev.bridge, "aot_name": ev.aot_name, "compile_id": ev.compile_id,
+                                    "nodes": ev.nodes, "partitions": [{"nodes": p.nodes, "graph_hash": p.graph_hash}
+                                                                      for p in ev.partitions],
+                                    "fallback_nodes": list(ev.fallback_nodes), "eager_nodes": list(ev.eager_nodes),
+                                    "error": ev.error, "ms": ev.ms}
+        self._span(f"extract {ev.aot_name or 'graph'}", "bridge", ev.t0_ns, ev.t1_ns, partitions=len(ev.partitions),
+                   **({"compile_id": ev.compile_id} if ev.compile_id not in (None, "-") else {}),
+                   **({"error": ev.error} if ev.error else {}))
 
     def on_fallback_node(self, bridge: int | None, aten_op: str) -> None:
-        if bridge in self._bridges:
-            self._bridges[bridge]["fallback_nodes"].append(aten_op)
         self._ledger.record(K.fallback_node, S.bridge, key=aten_op)
 
-    def on_eager_node(self, bridge: int | None, node: str) -> None:
-        if bridge in self._bridges:
-            self._bridges[bridge]["eager_nodes"].append(node)
+    def on_partition(self, bridge: int | None, partition: Partition) -> None:
+        self._ledger.record(K.xla_partition, S.bridge, key=partition.graph_hash)
 
-    def on_partition(self, bridge: int | None, nodes: int, graph_hash: str, t0_ns: int, t1_ns: int) -> None:
-        if bridge in self._bridges:
-            self._bridges[bridge]["partitions"].append({"nodes": nodes, "hash": graph_hash})
-        self._ledger.record(K.xla_partition, S.bridge, key=graph_hash)
-
-    def on_bridge_compile(self, graph_hash: str, t0_ns: int, t1_ns: int) -> None:
-        self._hash_compiles.setdefault(graph_hash, []).append((t1_ns - t0_ns) / 1e6)
-        self._span(f"compile {graph_hash[:12]}", "bridge", t0_ns, t1_ns, graph_hash=graph_hash)
+    def on_xla_compile(self, ev: XlaCompile) -> None:
+        self._hash_compiles.setdefault(ev.graph_hash, []).append((ev.t1_ns - ev.t0_ns) / 1e6)
+        self._span(f"compile {ev.graph_hash[:12]}", "bridge", ev.t0_ns, ev.t1_ns, graph_hash=ev.graph_hash)
 
     def compensate(self, counter: str, restored: int) -> None:
         self._window.compensate(counter, restored)
@@ -237,22 +230,15 @@ class GraphBreakLedger:
     def __enter__(self) -> "GraphBreakLedger":
         if self._open or self._final is not None:
             raise GraphBreakError("a GraphBreakLedger accounts one region; call account() again for another")
-        from torch_xla_ext.graph_breaks.watch import BridgeWatch, SyncWatch
-
         # A process with torch alone (any Dynamo backend) accounts Dynamo's half; torch_xla's
         # counters, syncs and bridge join in where torch_xla is installed.
         self._xla = _versions.available("graph_breaks.openxla")
         if self._xla:
-            from torch_xla_ext._compat import lazy as _lazy
-            from torch_xla_ext._compat import metrics as _metrics
-
             # Work launched before the region (async executions) must not land inside it.
-            _metrics.wait_device_ops()
+            _metrics().wait_device_ops()
         self._rank = rank_identity()
         self._outermost = _open_regions[0] == 0
         if self._torch_trace is not False:
-            from torch_xla_ext._compat import trace_log
-
             if self._torch_trace and trace_log.trace_dir() is None:
                 raise GraphBreakError("account(torch_trace=True): torch writes no structured trace file in "
                                       "this process; set TORCH_TRACE=DIR before torch is imported")
@@ -260,7 +246,7 @@ class GraphBreakLedger:
                 trace_log.name_file_by_rank(self._rank["rank"])  # for tlparse --all-ranks-html
         self._native_start = _core.global_ledger().totals()
         if self._xla:
-            self._window = _metrics.CounterWindow(metric_names=_TIME_METRICS)
+            self._window = _metrics().CounterWindow(metric_names=_TIME_METRICS)
             self._watches = [self._window, BridgeWatch(self), SyncWatch(self._ledger, _lazy.replica)]
         else:
             self._window = _NoXlaWindow()
@@ -276,9 +262,7 @@ class GraphBreakLedger:
     def __exit__(self, *exc: Any) -> None:
         try:
             if self._xla:  # executions are asynchronous; their time metrics land when they finish
-                from torch_xla_ext._compat import metrics as _metrics
-
-                _metrics.wait_device_ops()
+                _metrics().wait_device_ops()
             self._t1 = time.monotonic_ns()
         finally:
             _core.set_hooks_enabled(False)
@@ -288,8 +272,6 @@ class GraphBreakLedger:
             _open_regions[0] -= 1
         self._final = self._build(self._window.delta(), self._t1, record=True)
         if self._outermost and self._torch_trace is not False:
-            from torch_xla_ext.graph_breaks import tlparse
-
             self.tlparse_compile_ids = tlparse.emit(self._final, wall0_us=self._wall0 / 1e3)
 
     def report(self) -> GraphBreakReport:
@@ -306,8 +288,6 @@ class GraphBreakLedger:
         return self._ledger.recent_events()
 
     def _build(self, delta: Any, t_end: int, record: bool) -> GraphBreakReport:
-        from torch_xla_ext.graph_breaks import trace as _trace
-
         c, tm = delta.counters, delta.metric
         rows = self._ledger.aggregates()
         # Executions from the ExecuteTime metric: counters are cleared by the bridge meanwhile, and
@@ -416,7 +396,7 @@ class GraphBreakLedger:
                 replicas.setdefault(rep, {"syncs": 0, "executions": 0})["syncs"] += r.count
         for b in self._bridges.values():
             for p in b["partitions"]:
-                entry(p["hash"]).setdefault("partition_of", b["aot_name"])
+                entry(p["graph_hash"]).setdefault("partition_of", b["aot_name"])
         return per_hash, dict(sorted(replicas.items(), key=lambda kv: int(kv[0])))
 
     def _joined(self) -> list[dict[str, Any]]:

@@ -43,6 +43,8 @@ from typing import Any, Callable, Sequence
 
 from torch_xla_ext import _json
 from torch_xla_ext.errors import NotFoundError
+from torch_xla_ext.graph_breaks import html
+from torch_xla_ext.graph_breaks.compare import Comparison
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 
 __all__ = ["MergedReport", "merge"]
@@ -123,8 +125,6 @@ class MergedReport:
 
     def write_html(self, path: str) -> str:
         """One self-contained HTML file: the divergences, the per-rank table, each rank's report."""
-        from torch_xla_ext.graph_breaks import html
-
         return html.write_merged(path, self)
 
 
@@ -156,8 +156,6 @@ def _read(item: Any, i: int) -> tuple[str, str, dict[str, GraphBreakReport]]:
     """(where, kind, {mode: report}) of one input: a ledger.report() file or GraphBreakReport
     ("report", one mode "region"), or a compare() result / the CLI's --json file / a Comparison
     ("compare", one report per mode: the whole run's)."""
-    from torch_xla_ext.graph_breaks.compare import Comparison
-
     if isinstance(item, GraphBreakReport):
         return f"reports[{i}]", "report", {"region": item}
     if isinstance(item, Comparison):

@@ -9,7 +9,10 @@ Example:
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from torch_xla_ext import _plot
 
 __all__ = ["plot_comparison"]
 
@@ -17,14 +20,10 @@ __all__ = ["plot_comparison"]
 def plot_comparison(cmp: Any, path: str) -> str | None:
     """Writes the PNG for a :class:`~torch_xla_ext.graph_breaks.compare.Comparison`; returns ``path``,
     or None when matplotlib is not installed (the skip is recorded by ``torch_xla_ext._plot``)."""
-    import os
-
-    from torch_xla_ext import _plot
-
     plt, _why = _plot.pyplot(os.path.basename(path))
     if plt is None:
         return None
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # matplotlib is optional: _plot said it is there
 
     names = list(cmp.modes)
     panels = [

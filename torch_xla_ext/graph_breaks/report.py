@@ -41,46 +41,22 @@ import json
 import os
 from typing import Any
 
-from torch_xla_ext import _device, _json
+from torch_xla_ext import _device, _json, _validation
+from torch_xla_ext._dynamo_events import BREAK_FIGURES
 from torch_xla_ext.errors import InternalError, InvalidArgumentError, NotFoundError
 
 __all__ = ["BREAK_FIGURES", "GraphBreakError", "WorkerError", "GraphBreakReport", "load_report", "SCHEMA"]
 
-SCHEMA = "torch_xla_ext.graph_breaks.report/2"
+SCHEMA = "torch_xla_ext.graph_breaks.report/3"
+# Older schemas this reader still reads, each with what changed since: /2 named a bridge
+# partition's XLA graph hash "hash" (now "graph_hash", the trace's and torch_xla's word).
+_READS = ("torch_xla_ext.graph_breaks.report/2", SCHEMA)
 
 
-# (figure, label, the events it counts, the upstream record of the same events). One definition
-# each: the report, its HTML and the docs quote these, and tests/graph_breaks/break_figures_test.py
-# ties each value to its upstream record.
-BREAK_FIGURES: tuple[tuple[str, str, str, str], ...] = (
-    ("logged_breaks", "graph breaks (logged)",
-     "Every graph break Dynamo logs: the counted breaks, the data-dependent jumps in a frame's own code, "
-     "and the breaks in a loop that made it skip the frame. A break inside an inlined call is logged twice "
-     "when its frame is compiled on its "
-     "own later (once where the caller splits at the call, once in the callee's frame). This is the "
-     "'graph breaks' figure of the side-by-side table.",
-     "the structured trace's dynamo_graph_break_reason artifacts (TORCH_TRACE, TORCH_LOGS=graph_breaks)"),
-    ("counted_breaks", "graph breaks (Dynamo's counter)",
-     "Unsupported operations Dynamo turned into a split, including a data-dependent jump inside an inlined "
-     "call (the caller splits at the call); not a jump in a frame's own code.",
-     "sum(torch._dynamo.utils.counters['graph_break'].values())"),
-    ("data_dependent_jumps", "data-dependent jumps",
-     "Branches on a tensor's value in a frame's own code: logged, split there, not counted.",
-     "explain().break_reasons whose reason starts with 'generic_jump'"),
-    ("skipped_frames", "frames skipped after a break in a loop",
-     "Breaks inside a for/while loop: Dynamo logs the break, then gives up on the whole frame (SkipFrame), "
-     "which runs uncompiled (lazy tensors on XLA); not counted, no split.",
-     "Dynamo's log 'Skipping frame because there is a graph break in a for/while loop' (TORCH_LOGS=dynamo)"),
-    ("inherited_splits", "splits inherited from an inlined call",
-     "Splits a caller takes at a call because something inside the inlined callee is unsupported, "
-     "without logging or counting them (GraphCompileReason 'step_unsupported'); listed under the break "
-     "that caused them.",
-     "explain().break_reasons whose reason is 'step_unsupported'"),
-    ("graphs_ended_by_break", "graphs ended by a break",
-     "Graphs handed to the backend that a break (of any kind above) ended; a split before any op makes "
-     "no graph, so this can be lower than the breaks.",
-     "len(torch._dynamo.explain(fn)(...).break_reasons)"),
-)
+# The break figures (figure, label, the events it counts, the upstream record of the same events):
+# one definition in torch_xla_ext/_dynamo_events.py, which the script trace's Dynamo figures share;
+# the report, its HTML and the docs quote it, and tests/graph_breaks/break_figures_test.py ties
+# each value to its upstream record.
 
 
 class GraphBreakError(InvalidArgumentError):
@@ -199,13 +175,15 @@ class GraphBreakReport:
     def from_dict(cls, d: dict[str, Any], where: str = "report") -> "GraphBreakReport":
         """The report in ``d`` (what :meth:`to_dict` wrote); errors name ``where`` and the field.
         The dataclass's fields are the schema (validated by pydantic, :mod:`torch_xla_ext._validation`)."""
-        from torch_xla_ext import _validation
-
         if not isinstance(d, dict):
             raise GraphBreakError(f"{where}: expected a JSON object, got {type(d).__name__}")
         schema = d.get("schema", SCHEMA)
-        if schema != SCHEMA:
-            raise GraphBreakError(f"{where}: schema {schema!r} is not {SCHEMA!r}")
+        if schema not in _READS:
+            raise GraphBreakError(f"{where}: schema {schema!r} is not one this torch_xla_ext reads ({', '.join(_READS)}): "
+                                  "a report of a newer torch_xla_ext is read by that version (pip install -U "
+                                  "torch-xla-ext)")
+        if schema == _READS[0]:
+            d = _upgrade_v2(d)
         # float fields as the one JSON rule writes a non-finite value ("nan", "inf", "-inf")
         d = {k: _json.number(v) if k in _FLOAT_FIELDS else v for k, v in d.items()}
         # a report written before reports named their device
@@ -315,10 +293,10 @@ def joined_lines(report: GraphBreakReport) -> list[str]:
                     out.append(f"      - bridge: {len(br['partitions'])} partition(s), fallback nodes: {fb}"
                                + (f", **{_md(br['error'])}**" if br.get("error") else ""))
                     for p in br["partitions"]:
-                        h = report.per_graph_hash.get(p["hash"], {})
+                        h = report.per_graph_hash.get(p["graph_hash"], {})
                         ex = h.get("executions", 0)
                         rate = f" ({ex / per_step:g}/step)" if per_step else ""
-                        out.append(f"        - XLA graph `{p['hash'][:16]}`: {p['nodes']} nodes, compile "
+                        out.append(f"        - XLA graph `{p['graph_hash'][:16]}`: {p['nodes']} nodes, compile "
                                    f"{h.get('compile_ms', 0.0):.1f} ms, {ex} executions{rate}")
     return out
 
@@ -333,6 +311,15 @@ def _inherited(b: dict[str, Any]) -> str:
         return ""
     calls = ", ".join(f"`{c}`" for c in b.get("split_at") or [])
     return f" ({n} of them inherited: split at the call{'s' if len(b.get('split_at') or []) > 1 else ''} {calls})"
+
+
+def _upgrade_v2(d: dict[str, Any]) -> dict[str, Any]:
+    """A /2 report with the /3 names: each bridge partition's ``hash`` is ``graph_hash``."""
+    d = dict(d)
+    joined = d.get("joined")
+    if isinstance(joined, list):
+        d["joined"] = json.loads(json.dumps(joined).replace('"hash":', '"graph_hash":'))
+    return d
 
 
 _FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(GraphBreakReport) if f.type == "float")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch_xla_ext._compat import trace_log
 from torch_xla_ext.graph_breaks.report import GraphBreakReport
 
 __all__ = ["COMPILE_ARTIFACT", "SUMMARY_ARTIFACT", "SCHEMA", "CHROMIUM_CAT", "chromium_events", "compile_artifacts",
@@ -44,8 +45,8 @@ def _is_compile_id(cid: Any) -> bool:
 
 
 def _partition(p: dict[str, Any], per_hash: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    h = per_hash.get(p["hash"], {})
-    return {"graph_hash": p["hash"], "nodes": p["nodes"], "compiles": h.get("compiles", 0),
+    h = per_hash.get(p["graph_hash"], {})
+    return {"graph_hash": p["graph_hash"], "nodes": p["nodes"], "compiles": h.get("compiles", 0),
             "compile_ms": round(h.get("compile_ms", 0.0), 3), "executions": h.get("executions", 0),
             "dispatch_ms": round(h.get("dispatch_ms", 0.0), 3)}
 
@@ -152,8 +153,6 @@ def emit(report: GraphBreakReport, wall0_us: float | None = None) -> list[str]:
     """Writes the artifacts of ``report`` into torch's structured trace (nothing when no one reads
     it), and its timeline as chromium events when ``wall0_us`` (the region's start on
     ``time.time_ns()``, in microseconds) is given; returns the compile ids that got an artifact."""
-    from torch_xla_ext._compat import trace_log
-
     if not trace_log.active():
         return []
     placed, unplaced = [], {}

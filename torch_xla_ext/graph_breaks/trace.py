@@ -51,7 +51,7 @@ def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
     events: list[dict[str, Any]] = []
 
     # An XLA graph's compile id is that of the Dynamo compile whose graph the bridge partitioned.
-    hash_cid = {p["hash"]: b["compile_id"] for b in ledger._bridges.values() for p in b["partitions"]
+    hash_cid = {p["graph_hash"]: b["compile_id"] for b in ledger._bridges.values() for p in b["partitions"]
                 if b["compile_id"] not in (None, "-")}
 
     def add(name: str, cat: str, track: str, start_ns: float, dur_ns: float, replica: int | None = None,
@@ -82,6 +82,7 @@ def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
                 end, 0, rep, **({"frame": f"{e.file}:{e.line}"} if e.file else {}))
     samples: Callable[[str], Any] = lambda metric: ()  # torch alone: no XLA metric was sampled
     if ledger._xla:
+        # Imports torch_xla: only where the region had it (Dynamo's half runs without it).
         from torch_xla_ext._compat import metrics as _metrics
 
         samples = _metrics.metric_samples

@@ -1,9 +1,13 @@
 """The watches that feed a ledger: Dynamo, AOTAutograd and bridge events joined per compile id
 (:class:`BridgeWatch`), and lazy-tensor syncs (:class:`SyncWatch`).
 
-A compiled call crosses four layers; while a :class:`BridgeWatch` is open, ``_compat.dynamo``'s
-wrappers report each call, and this module turns them into sink events keyed so the layers join
-up per Dynamo compile id (``"1/0"``: frame 1, first compile):
+This module is the one recorder of Dynamo's, AOTAutograd's and the bridge's events, for every
+sink (a :class:`BridgeSink`: the graph-break ledger, the script trace's Dynamo half). A compiled
+call crosses four layers; while a :class:`BridgeWatch` is open, ``_compat.dynamo``'s and
+``_compat.openxla``'s wrappers report each call, and this module joins them per Dynamo compile id
+(``"1/0"``: frame 1, first compile), does the bookkeeping (a frame compile's duration, a bridge
+extraction's partitions, nodes and XLA compiles) and hands every sink the finished events of
+:mod:`torch_xla_ext._dynamo_events`:
   * Dynamo: each frame compile (compile id, code object, outcome), each graph break with Dynamo's
     structured record (gb_type, explanation, hints, developer context, GB id; the user frame),
     each recompile and its first failed guard, each graph handed to the backend (what
@@ -31,10 +35,13 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from torch_xla_ext import _versions
+from torch_xla_ext._dynamo_events import (AotGraph, BridgeExtraction, DynamoGraph, FrameCompile, GraphBreak,
+                                         Partition, Recompile, XlaCompile, no_text_break)
 from torch_xla_ext._compat import dynamo as _dynamo
+from torch_xla_ext._compat import lazy as _lazy
 from torch_xla_ext._ext import graph_breaks as _core
 from torch_xla_ext.errors import InternalError
 
@@ -45,25 +52,25 @@ class TorchXlaBridgeBug(InternalError):
     """A failure inside torch_xla's openxla bridge that is torch_xla's, not torch_xla_ext's."""
 
 
-class BridgeSink(Protocol):
-    """What a watch reports to (compile time only; per-step events go through the C++ Tap)."""
+class BridgeSink:
+    """What a watch reports to (compile time only; per-step events go through the C++ Tap): the
+    finished events of :mod:`torch_xla_ext._dynamo_events`, and two per-item calls for sinks that
+    draw a timeline. Every method does nothing here; a sink overrides what it keeps."""
 
-    def on_compile_start(self, compile_id: str, name: str, file: str, line: int, t_ns: int) -> None: ...
-    def on_compile_end(self, compile_id: str, t_ns: int, error: str | None) -> None: ...
-    def on_recompile(self, compile_id: str, failed_guard: str, file: str, line: int) -> None: ...
-    def on_graph_break(self, compile_id: str, record: dict[str, Any]) -> None: ...
-    def on_dynamo_graph(self, compile_id: str, graph: int, nodes: int, ops: int,
-                        ended_by: dict[str, Any] | None) -> None: ...
-    def on_aot_graph(self, compile_id: str, graph: int | None, name: str, kind: str, nodes: int) -> None: ...
-    def on_bridge_start(self, bridge: int, aot_name: str | None, compile_id: str | None, nodes: int,
-                        t_ns: int) -> None: ...
-    def on_bridge_end(self, bridge: int, t_ns: int, error: str | None) -> None: ...
+    def on_compile_start(self, compile_id: str, name: str, frame: str, t_ns: int) -> None: ...
+    def on_frame_compile(self, ev: FrameCompile) -> None: ...
+    def on_recompile(self, ev: Recompile) -> None: ...
+    def on_graph_break(self, ev: GraphBreak) -> None: ...
+    def on_dynamo_graph(self, ev: DynamoGraph) -> None: ...
+    def on_aot_graph(self, ev: AotGraph) -> None: ...
+    def on_partition(self, bridge: int | None, partition: Partition) -> None: ...
     def on_fallback_node(self, bridge: int | None, aten_op: str) -> None: ...
-    def on_eager_node(self, bridge: int | None, node: str) -> None: ...
-    def on_partition(self, bridge: int | None, nodes: int, graph_hash: str, t0_ns: int, t1_ns: int) -> None: ...
-    def on_bridge_compile(self, graph_hash: str, t0_ns: int, t1_ns: int) -> None: ...
+    def on_xla_compile(self, ev: XlaCompile) -> None: ...
+    def on_bridge_extraction(self, ev: BridgeExtraction) -> None: ...
     def compensate(self, counter: str, restored: int) -> None: ...
-    def ledgers(self) -> list[Any]: ...
+
+    def ledgers(self) -> list[Any]:
+        return []
 
 
 _lock = threading.Lock()
@@ -75,6 +82,10 @@ _bridge_ids = itertools.count()
 # the graph's first run, which may be much later (a backward graph runs in the backward pass).
 _aot_graphs: "weakref.WeakKeyDictionary[Any, tuple[str, str, str]]" = weakref.WeakKeyDictionary()
 _aot_owner: dict[str, int] = {}  # aot id -> the Dynamo graph whose forward it compiled
+# Frame compiles begun and not ended (compile id -> name, frame, start), and bridge extractions
+# under way (bridge key -> the event they fill): the bookkeeping every sink gets done.
+_open_compiles: dict[str, tuple[str, str, int]] = {}
+_open_bridges: dict[int, BridgeExtraction] = {}
 _execute_tap: Any = None
 
 
@@ -122,13 +133,20 @@ class _Join:
         _tls.unsupported = None
         _tls.counted = None
         _tls.breaks = {}
-        _each("on_compile_start", cid, code.co_name, code.co_filename, int(code.co_firstlineno), _now())
+        t, frame = _now(), f"{code.co_filename}:{int(code.co_firstlineno)}"
+        _open_compiles[cid] = (code.co_name, frame, t)
+        _each("on_compile_start", cid, code.co_name, frame, t)
 
     def frame_end(self, cid: str, code: Any, error: BaseException | None) -> None:
         t = _now()
         self._skipped_frame(cid, code)
         _tls.pending_break = None
-        _each("on_compile_end", cid, t, None if error is None else _first_line(error))
+        started = _open_compiles.pop(cid, None)
+        if started is None:  # began before the watch opened
+            return
+        name, frame, t0 = started
+        _each("on_frame_compile", FrameCompile(compile_id=cid, name=name, frame=frame, ms=round((t - t0) / 1e6, 3),
+                                               error=None if error is None else _first_line(error), t0_ns=t0, t1_ns=t))
 
     def _skipped_frame(self, cid: str, code: Any) -> None:
         """A break Dynamo logged that no split followed: it gave up on the whole frame (a break
@@ -137,14 +155,13 @@ class _Join:
         pending = getattr(_tls, "pending_break", None)
         if pending is None or pending[0] != cid:
             return
-        record = _dynamo.parse_graph_break(pending[1])
         frame = pending[2]
-        record.update(dynamo_reason="frame skipped: a graph break in a for/while loop", origin="frame_skipped",
-                      counted=False, split_at=None,
-                      file=str(getattr(frame, "filename", None) or code.co_filename),
-                      line=int(getattr(frame, "lineno", None) or code.co_firstlineno),
-                      function=str(getattr(frame, "name", None) or code.co_name))
-        _each("on_graph_break", cid, record)
+        _each("on_graph_break", _graph_break(
+            cid, _dynamo.parse_graph_break(pending[1]), dynamo_reason="frame skipped: a graph break in a for/while loop",
+            origin="frame_skipped", counted=False, split_at=None,
+            file=str(getattr(frame, "filename", None) or code.co_filename),
+            line=int(getattr(frame, "lineno", None) or code.co_firstlineno),
+            function=str(getattr(frame, "name", None) or code.co_name)))
 
     def break_logged(self, cid: str | None, message: str, frame: Any) -> None:
         _tls.pending_break = (cid, message, frame)
@@ -177,29 +194,30 @@ class _Join:
         _tls.pending_break = None
         counted = origin == "break" and getattr(_tls, "counted", None) == (cid,)
         _tls.counted = None
-        record.update(dynamo_reason=head, origin=origin, counted=counted,
-                      file=str(getattr(frame, "filename", "") or ""),
-                      line=int(getattr(frame, "lineno", 0) or 0),
-                      function=str(getattr(frame, "name", "") or ""),
-                      split_at=(f"{getattr(split_at, 'filename', '')}:{getattr(split_at, 'lineno', 0)}"
-                                if split_at is not None else None))
+        ev = _graph_break(cid or "-", record, dynamo_reason=head, origin=origin, counted=counted,
+                          file=str(getattr(frame, "filename", "") or ""), line=int(getattr(frame, "lineno", 0) or 0),
+                          function=str(getattr(frame, "name", "") or ""),
+                          split_at=(f"{getattr(split_at, 'filename', '')}:{getattr(split_at, 'lineno', 0)}"
+                                    if split_at is not None else None))
         breaks = getattr(_tls, "breaks", None)
         if breaks is not None:
-            breaks[key] = record
-        _each("on_graph_break", cid or "-", record)
+            breaks[key] = ev
+        _each("on_graph_break", ev)
 
     def recompile(self, cid: str | None, failed_guard: str, file: str, line: int) -> None:
-        _each("on_recompile", cid or "-", failed_guard, file, line)
+        _each("on_recompile", Recompile(compile_id=cid or "-", reason=failed_guard, frame=f"{file}:{line}"))
 
     def dynamo_graph_start(self, cid: str | None, nodes: int, ops: int, split_key: int | None,
                            split_reason: str | None) -> Any:
         graph = next(_graph_ids)
         ended_by = None
-        if split_key is not None:
-            ended_by = (getattr(_tls, "breaks", None) or {}).get(split_key)
-            if ended_by is None:  # a break recorded before the watch opened
-                ended_by = _dynamo.parse_graph_break(split_reason or "")
-        _each("on_dynamo_graph", cid or "-", graph, nodes, ops, ended_by)
+        if split_key is not None:  # Dynamo split here (GraphCompileReason.graph_break), whatever its text
+            brk = (getattr(_tls, "breaks", None) or {}).get(split_key)
+            if brk is None:  # a break recorded before the watch opened
+                brk = _graph_break(cid or "-", _dynamo.parse_graph_break(split_reason or ""))
+            ended_by = (brk.gb_type or no_text_break) + (f" at {brk.frame}" if brk.file else "")
+        _each("on_dynamo_graph", DynamoGraph(compile_id=cid or "-", graph=graph, nodes=nodes, ops=ops,
+                                             ended_by=ended_by))
         outer = getattr(_tls, "dynamo_graph", None)
         _tls.dynamo_graph = graph
         return outer
@@ -218,12 +236,13 @@ class _Join:
                 _aot_owner[aot_id] = graph
         name = aot_name if aot_name is not None else f"dynamo_graph_{graph}"
         _aot_graphs[model] = (cid, name, kind)
-        _each("on_aot_graph", cid, graph, name, kind, nodes)
+        _each("on_aot_graph", AotGraph(compile_id=cid, graph=graph, name=name, kind=kind, nodes=nodes))
 
     def bridge_start(self, model: Any, nodes: int) -> Any:
         key = next(_bridge_ids)
         info = _aot_graphs.get(model)
-        _each("on_bridge_start", key, info[1] if info else None, info[0] if info else None, nodes, _now())
+        _open_bridges[key] = BridgeExtraction(bridge=key, compile_id=info[0] if info else None,
+                                              aot_name=info[1] if info else None, nodes=nodes, t0_ns=_now())
         stack = getattr(_tls, "bridge", None)
         if stack is None:
             stack = _tls.bridge = []
@@ -232,24 +251,58 @@ class _Join:
 
     def bridge_end(self, key: Any, error: BaseException | None) -> None:
         _tls.bridge.pop()
-        _each("on_bridge_end", key, _now(), None if error is None else _first_line(error))
+        b = _open_bridges.pop(key, None)
+        if b is None:
+            return
+        b.t1_ns = _now()
+        b.ms = round((b.t1_ns - b.t0_ns) / 1e6, 3)
+        b.error = None if error is None else _first_line(error)
+        _each("on_bridge_extraction", b)
 
     def unsupported_node(self, aten_op: str | None, node: str) -> None:
         key = _current_bridge()
+        b = _open_bridges.get(key) if key is not None else None
         if aten_op is not None:
+            if b is not None:
+                b.fallback_nodes.append(aten_op)
             _each("on_fallback_node", key, aten_op)
-        else:  # an input, constant or output holding a non-XLA tensor
-            _each("on_eager_node", key, node)
+        elif b is not None:  # an input, constant or output holding a non-XLA tensor
+            b.eager_nodes.append(node)
 
     def counter_restored(self, counter: str, value: int) -> None:
         # Open counter windows folded it before the bridge's clear: take the restored part back out.
         _each("compensate", counter, value)
 
     def partition(self, nodes: int, graph_hash: str, t0_ns: int, t1_ns: int) -> None:
-        _each("on_partition", _current_bridge(), nodes, graph_hash, t0_ns, t1_ns)
+        key = _current_bridge()
+        p = Partition(graph_hash=graph_hash, nodes=nodes)
+        if key in _open_bridges:
+            _open_bridges[key].partitions.append(p)
+        _each("on_partition", key, p)
 
     def bridge_compile(self, graph_hash: str, t0_ns: int, t1_ns: int) -> None:
-        _each("on_bridge_compile", graph_hash, t0_ns, t1_ns)
+        key = _current_bridge()
+        b = _open_bridges.get(key) if key is not None else None
+        # CompileTime's count once it compiled: the script trace's lazy record of the same compile has it as its ordinal.
+        ev = XlaCompile(graph_hash=graph_hash, ms=round((t1_ns - t0_ns) / 1e6, 3),
+                        compile_id=b.compile_id if b is not None else None, ordinal=_metrics().compile_count(),
+                        t0_ns=t0_ns, t1_ns=t1_ns)
+        if b is not None:
+            b.compiles.append(ev)
+        _each("on_xla_compile", ev)
+
+
+def _graph_break(cid: str, parsed: dict[str, Any], **fields: Any) -> GraphBreak:
+    """A GraphBreak from ``_compat.dynamo.parse_graph_break``'s fields and the join's."""
+    return GraphBreak(compile_id=cid, gb_type=parsed["gb_type"], gb_id=parsed["gb_id"], explanation=parsed["explanation"],
+                      hints=list(parsed["hints"]), context=parsed["context"], doc=parsed["doc"], **fields)
+
+
+def _metrics() -> Any:
+    # Imports torch_xla: only once the bridge (which exists only with torch_xla) compiles.
+    from torch_xla_ext._compat import metrics
+
+    return metrics
 
 
 _JOIN = _Join()
@@ -270,8 +323,6 @@ def _explain_bridge_error(exc: BaseException) -> None:
 
 
 def _execute_stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
-    from torch_xla_ext._compat import lazy as _lazy
-
     global _execute_tap
     _execute_tap = _core.Tap(original, "execute", replica_fn=_lazy.replica, on_error=_explain_bridge_error)
     return _execute_tap.stand_in()
@@ -292,6 +343,7 @@ def _install_bridge_if_ready(loaded: bool = False) -> None:
     if _bridge_installed or not _sinks or not (loaded or _torch_xla_loaded()):
         return
     _versions.require("graph_breaks.openxla")
+    # Imports torch_xla and its bridge: only once torch_xla has finished importing.
     from torch_xla_ext._compat import openxla as _openxla
 
     _openxla.install(_JOIN, _execute_stand_in)
@@ -343,6 +395,8 @@ class BridgeWatch:
                 _dynamo.uninstall()
                 _execute_tap = None
                 _aot_owner.clear()
+                _open_compiles.clear()
+                _open_bridges.clear()
 
 
 # ---- lazy-tensor syncs -----------------------------------------------------------------------
@@ -365,17 +419,15 @@ class SyncWatch:
     def __enter__(self) -> "SyncWatch":
         global _sync_ledgers, _sync_tap
 
-        from torch_xla_ext._compat import metrics as _metrics
-
         def stand_in(original: Callable[..., Any]) -> Callable[..., Any]:
             global _sync_tap
             _sync_tap = _core.Tap(original, "sync", replica_fn=self._replica_fn,
-                                  counter_value=_metrics.counter_reader())
+                                  counter_value=_metrics().counter_reader())
             return _sync_tap.stand_in()
 
         with _sync_lock:
             if not _sync_ledgers:
-                _metrics.replace_step_marker(stand_in)
+                _lazy.replace_step_marker(stand_in)
             _sync_ledgers = [*_sync_ledgers, self._ledger]
             _sync_tap.set_ledgers(_sync_ledgers)
         return self
@@ -388,7 +440,5 @@ class SyncWatch:
             _sync_ledgers = rest
             _sync_tap.set_ledgers(_sync_ledgers)
             if not _sync_ledgers:
-                from torch_xla_ext._compat import metrics as _metrics
-
-                _metrics.restore_step_marker()
+                _lazy.restore_step_marker()
                 _sync_tap = None

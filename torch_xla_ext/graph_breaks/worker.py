@@ -19,8 +19,11 @@ import time
 from typing import Any, Callable
 
 from torch_xla_ext import _factory, _json
+from torch_xla_ext._compat import dynamo as _dynamo
+from torch_xla_ext._compat import pytree
+from torch_xla_ext.graph_breaks.failures import describe_failure
 from torch_xla_ext.graph_breaks.ledger import account
-from torch_xla_ext.graph_breaks.report import GraphBreakError
+from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 
 __all__ = ["MODES", "default_loss", "median", "run_mode", "main"]
 
@@ -39,7 +42,6 @@ def default_loss(output: Any):
     floating-point tensor in the output (a ModelOutput's logits or last_hidden_state, a tuple's
     first tensor, a plain tensor)."""
     import torch
-    from torch_xla_ext._compat import pytree
 
     for leaf in pytree.tree_leaves(output):
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
@@ -51,9 +53,9 @@ def default_loss(output: Any):
 def make_step(made: _factory.Made, mode: str, train: bool, lr: float = 1e-3) -> Callable[[], Any]:
     """The step of one mode on the XLA device, ready to call repeatedly."""
     import torch
-    from torch_xla_ext._compat import pytree
     import torch_xla
 
+    # Imports torch_xla's metrics: a worker of a torch-only stack never gets here.
     from torch_xla_ext._compat import metrics as _metrics
 
     device = torch_xla.device()
@@ -98,10 +100,6 @@ def run_mode(made: _factory.Made, mode: str, warmup: int, steps: int, train: boo
     A step that raises (torch_xla's bridge, Dynamo, AOTAutograd, XLA) ends the mode with a
     ``failure`` (:func:`torch_xla_ext.graph_breaks.failures.describe_failure`, plus where it happened)
     and the reports of what ran until then; bad input (:class:`GraphBreakError`) still raises."""
-    from torch_xla_ext._compat import dynamo as _dynamo
-    from torch_xla_ext.graph_breaks.failures import describe_failure
-    from torch_xla_ext.graph_breaks.report import GraphBreakReport
-
     _dynamo.reset_dynamo()
     step_ms: list[float] = []
     failure: dict[str, Any] | None = None

@@ -14,23 +14,34 @@ from typing import Any
 import torch
 
 from torch_xla_ext import _versions
-from torch_xla_ext.parity import arguments, explorer, pipeline
+from torch_xla_ext.parity import arguments, pipeline
 from torch_xla_ext.parity.captures import Capture, load_capture
 from torch_xla_ext.parity.casts import torch_dtype
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
-from torch_xla_ext.parity.program.rules import resolve
+from torch_xla_ext.parity.program.rules import AUTO, resolve
 from torch_xla_ext.parity.record import Request
 from torch_xla_ext.parity.report import ParityReport
-from torch_xla_ext.parity.stages import cpu_eager, explanation, golden, localization, replays, xla_run
+from torch_xla_ext.parity.stages import capture as capture_stages
+from torch_xla_ext.parity.stages import cpu_eager, explanation, explorer, golden, localization, replays, xla_run
 
-__all__ = ["assert_parity", "capture", "compare_capture", "localize", "request", "verify", "verify_stages"]
+__all__ = ["assert_parity", "capture", "compare_capture", "compare_stages", "localize", "request", "verify",
+           "verify_stages"]
 
 
 def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, rtol: float | None = None,
             atol: float | None = None, reference: Any = None, seed: int = 0, emulate: bool = True,
-            localize: bool = False, explorer_dir: str | None = None, rules: Any = "xla-cpu") -> Request:
-    """verify's arguments, checked: a ParityError (a ValueError) or ParityTypeError names a bad one."""
-    arguments.check_callable(fn, "fn")
+            localize: bool = False, explorer_dir: str | None = None, rules: Any = AUTO, role: str = "fn") -> Request:
+    """verify's arguments, checked: a ParityError (a ValueError) or ParityTypeError names a bad one.
+    ``role`` is what the caller calls ``fn`` ("model" for capture, "reference" for compare_capture);
+    with ``localize`` under another role, ``fn`` must be an nn.Module.
+
+    Example:
+        >>> request(lambda x: x, rules="tpu-fast")
+        Traceback (most recent call last):
+        ...
+        torch_xla_ext.parity.errors.ParityError: rules: expected one of xla-cpu, tpu-default, tpu-high, tpu-highest, gpu-tf32, auto, got 'tpu-fast'
+    """
+    arguments.check_callable(fn, role)
     if reference is not None:
         arguments.check_callable(reference, "reference")
     arguments.check_seed(seed)
@@ -38,9 +49,11 @@ def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any
         raise ParityTypeError(f"explorer_dir: expected a directory path (str), got {type(explorer_dir).__name__}")
     inputs, kwargs = arguments.check_inputs(inputs, kwargs)
     ref = fn if reference is None else reference
+    if localize and role != "fn" and not isinstance(fn, torch.nn.Module):
+        raise ParityTypeError(f"{role}: per-module localisation needs an nn.Module, got {type(fn).__name__}")
     if localize and not (isinstance(fn, torch.nn.Module) and isinstance(ref, torch.nn.Module)):
         raise ParityTypeError("localize: per-module localisation needs fn (and the reference) to be nn.Modules")
-    if rules != "auto":
+    if rules != AUTO:
         resolve(rules)  # a bad name raises here, before anything runs
     return Request(fn, ref, reference is not None, inputs, kwargs, torch_dtype(dtype), rtol, atol,
                    arguments.tolerances(rtol, atol), seed, emulate, localize, explorer_dir, rules)
@@ -49,7 +62,15 @@ def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any
 def verify_stages(r: Request) -> list[pipeline.Stage]:
     """verify's stages for ``r``: CPU eager (twice), the fp64 golden (with localize: the
     localisation's), the XLA run (its program's replays compiling beside it), the replays, the
-    localisation, the outputs compared, Model Explorer."""
+    localisation (on a second, hooked XLA run when the rounded replay does not reproduce the run),
+    the outputs compared, Model Explorer.
+
+    Example:
+        >>> import torch
+        >>> [s.name for s in verify_stages(request(torch.nn.Linear(2, 2), localize=True))]  # doctest: +NORMALIZE_WHITESPACE
+        ['CPU eager', 'second CPU eager', 'XLA', "outputs' shapes", 'CPU eager against itself', 'replays',
+         'XLA capture', 'localisation', 'outputs compared']
+    """
     return [
         cpu_eager.FIRST,
         cpu_eager.SECOND,
@@ -58,10 +79,18 @@ def verify_stages(r: Request) -> list[pipeline.Stage]:
         xla_run.SAME_SHAPES,
         cpu_eager.DETERMINISTIC,
         *replays.STAGE.when(r.emulate),
+        *capture_stages.SECOND_RUN.when(r.localize),
         *localization.STAGE.when(r.localize),
         replays.COMPARE,
         *explorer.STAGE.when(r.explorer_dir is not None),
     ]
+
+
+def compare_stages(r: Request, cap: Capture) -> list[pipeline.Stage]:
+    """compare_capture's stages: the capture as the run, the replays of its program (with
+    ``r.emulate``), the localisation (whose golden is the run's), CPU eager, the outputs compared."""
+    return [capture_stages.given(cap), *replays.STAGE.when(r.emulate), localization.OF_CAPTURE, cpu_eager.FIRST,
+            replays.COMPARE]
 
 
 def verify(
@@ -77,7 +106,7 @@ def verify(
     emulate: bool = True,
     localize: bool = False,
     explorer_dir: str | None = None,
-    rules: Any = "xla-cpu",
+    rules: str = AUTO,
 ) -> ParityReport:
     """Runs ``fn(*inputs, **kwargs)`` on XLA and its reference on CPU eager (twice) and in fp64,
     compares every floating-point output (any pytree: HF ModelOutputs, dicts, dataclasses,
@@ -88,9 +117,10 @@ def verify(
     None keeps the inputs' dtypes; integer inputs such as token ids are never cast). The RNG is
     reset to ``seed`` before every run. XLA vs CPU uses ``torch_xla_ext.numerics.compare`` with
     ``rtol``/``atol`` (default torch.testing's for the dtype). With ``emulate``, the XLA run's own
-    program is replayed twice by XLA on the CPU: rounded as ``rules``' device rounds ("xla-cpu";
-    "tpu-default", "tpu-high", "tpu-highest" and "gpu-tf32" for another device's f32 matmuls;
-    "auto" from each dot's precision_config and the device the run used) and exactly
+    program is replayed twice by XLA on the CPU: rounded as ``rules``' device rounds ("auto", the
+    default: each dot's precision_config on the device the run used, XLA:CPU's own rules on a CPU;
+    or one of ``parity.RULES``: "xla-cpu", "tpu-default", "tpu-high", "tpu-highest", "gpu-tf32")
+    and exactly
     (:mod:`torch_xla_ext.parity.program.replay`). With ``localize``, every submodule's own error is
     separated from what it inherited (:func:`localize`). With ``explorer_dir``, the program and
     its per-op error go there for Model Explorer (:func:`~torch_xla_ext.parity.explorer.write_model_explorer`).
@@ -155,17 +185,8 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
         'xla_run.safetensors'
     """
     _versions.require("parity.xla")  # before torch_xla is imported here
-    if not isinstance(model, torch.nn.Module):
-        raise ParityTypeError(f"model: per-module localisation needs an nn.Module, got {type(model).__name__}")
-    arguments.check_seed(seed)
-    inputs, kwargs = arguments.check_inputs(inputs, kwargs)
-    r = Request(model, model, False, inputs, kwargs, torch_dtype(dtype), seed=seed)
-
-    def run(record: Any) -> None:
-        record.capture = xla_run.capture(model, inputs, kwargs, r.dtype, seed, device, program=True)
-        record.capture.info["model"] = type(model).__name__
-
-    record = pipeline.run(r, [pipeline.Stage("XLA capture", run)])
+    r = request(model, inputs, kwargs, dtype=dtype, seed=seed, localize=True, role="model")
+    record = pipeline.run(r, [capture_stages.hooked_run(device)])
     if record.failure is not None:
         raise record.failure
     return record.capture
@@ -173,12 +194,13 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
 
 def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
                     rtol: float | None = None, atol: float | None = None, seed: int = 0,
-                    rules: Any = "xla-cpu", emulate: bool = True) -> ParityReport:
+                    rules: str = AUTO, emulate: bool = True) -> ParityReport:
     """Compares a capture (a :class:`~torch_xla_ext.parity.captures.Capture` or its file) with CPU
     runs of ``reference`` on the same inputs, without XLA: the verdict on the final outputs (CPU
     eager in the capture's dtype, fp64 golden), with ``emulate`` the replays of the program the
-    device ran (``rules`` as for :func:`verify`; "auto" reads the capture's device and each dot's
-    precision_config), and every module's own, inherited and total error (:mod:`.stages.localization`).
+    device ran (``rules`` as for :func:`verify`; "auto", the default, reads the capture's device
+    and each dot's precision_config), and every module's own, inherited and total error
+    (:mod:`.stages.localization`).
 
     Example:
         >>> import torch
@@ -193,18 +215,6 @@ def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwar
     if emulate:
         _versions.require("parity.replay")  # the replays need JAX; comparing alone needs torch
     cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
-    if not isinstance(reference, torch.nn.Module):
-        raise ParityTypeError(f"reference: per-module comparison needs an nn.Module, got {type(reference).__name__}")
-    arguments.check_seed(seed)
-    inputs, kwargs = arguments.check_inputs(inputs, kwargs)
-    if rules != "auto":
-        resolve(rules)
-    r = Request(reference, reference, True, inputs, kwargs, cap.run_dtype, rtol, atol,
-                arguments.tolerances(rtol, atol), seed, emulate, rules=rules)
-
-    def load(record: Any) -> None:
-        record.capture = cap
-
-    stages = [pipeline.Stage("capture", load), *replays.OF_CAPTURE.when(emulate), localization.STAGE,
-              cpu_eager.FIRST, replays.COMPARE]
-    return explanation.report(pipeline.run(r, stages, device=cap.device_type, uses_xla=False))
+    r = request(reference, inputs, kwargs, dtype=cap.run_dtype, rtol=rtol, atol=atol, reference=reference, seed=seed,
+                emulate=emulate, localize=True, rules=rules, role="reference")
+    return explanation.report(pipeline.run(r, compare_stages(r, cap), uses_xla=False))

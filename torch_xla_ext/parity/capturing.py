@@ -69,7 +69,7 @@ def record_calls(model: Any, args: tuple, kwargs: dict, *, stage: str = "XLA cap
     def clone_leaves(tree: Any, path: str) -> dict[str, Any]:
         try:
             return {p: clone_one(t) for p, t in tensor_leaves(tree)}
-        except Exception as e:  # our hook, not the user's model
+        except Exception as e:  # noqa: BLE001 - inside the user's forward any error of ours would read as theirs
             raise InternalError(f"parity's capture hook on {path or '<root>'} failed: {type(e).__name__}: {e}") from e
 
     def hooks_for(path: str):

@@ -56,13 +56,11 @@ from torch_xla_ext import _dtypes, _json
 from torch_xla_ext._compat import mhlo as _mhlo
 from torch_xla_ext._compat.hlo_debug import NEEDS, NO_MODULE
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
-from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.replay import Replay
 from torch_xla_ext.parity.program.stablehlo import Program, functions, location_name, parse
-from torch_xla_ext.parity.record import RunRecord
 
-__all__ = ["ADAPTER_DIALECTS", "STAGE", "explorer_module_text", "node_ids", "open_command", "thresholds",
+__all__ = ["ADAPTER_DIALECTS", "explorer_module_text", "node_ids", "open_command", "thresholds",
            "write_model_explorer"]
 
 PROGRAM_FILE = "program.mlir"
@@ -353,20 +351,3 @@ def _module_table(text: str, module_paths: dict[str, str] | None) -> dict[str, A
             if MODULE_ATTR in op.operation.attributes:
                 paths[node_id] = ir.StringAttr(op.operation.attributes[MODULE_ATTR]).value
     return {"available": True, "note": None, "paths": paths}
-
-
-def _write(record: RunRecord) -> None:
-    """The explorer stage: the XLA run's program (the replays' parse of it, or its own) and its
-    per-op error, into the request's ``explorer_dir``."""
-    run = record.xla.program
-    replayed = record.replayed
-    program = replayed.program if replayed is not None else None
-    if program is None and run is not None and run.proto is not None and not record.request.emulate:
-        program = Program.from_hlo_proto(run.proto)
-    if program is None:
-        why = replayed.status if replayed is not None else (run.error if run is not None else "no program")
-        raise ReplayError(f"explorer_dir: no program to write ({why.removeprefix('unavailable: ')})")
-    write_model_explorer(program, run.args, record.request.explorer_dir, record.xla.module_paths)
-
-
-STAGE = Stage("Model Explorer", _write, "model explorer")

@@ -5,7 +5,8 @@ run's dtype (its CPU shadow). Under another device's rules, an f32 run's matmuls
 :func:`on_cpu` every f32 ``mm``, ``addmm``, ``bmm``, ``baddbmm`` and ``convolution`` computes as
 the rules' device computes it (operands rounded to bf16 or TF32, or split into bf16 pieces whose
 products are summed in f32), and attention runs through its unfused math (``matmul`` on the CPU)
-so its two products round as well. The same arithmetic as the rounded replay's rewrite, written
+so its two products round as well. The same arithmetic as the rounded replay's rewrite, read from
+the same data (the rule's :class:`~torch_xla_ext.parity.program.rules.MatmulPrecision`), written
 for torch.
 
 Example:
@@ -26,12 +27,11 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from torch_xla_ext._compat.dispatch import TorchDispatchMode
-from torch_xla_ext.parity.program.rules import MatmulPrecision, Rules
+from torch_xla_ext.parity.program.rules import F32_MANTISSA_BITS, MatmulPrecision, Rules
 
 __all__ = ["on_cpu", "shadow_precision"]
 
 _aten = torch.ops.aten
-_MASK = -65536  # 0xFFFF0000 as an int32: a float32's bf16 part (sign, exponent, 7 mantissa bits)
 
 
 def shadow_precision(rules: Rules) -> MatmulPrecision:
@@ -58,38 +58,41 @@ def _round_mantissa(t: Any, bits: int) -> Any:
     NaNs kept)."""
     if bits == 7:
         return t.to(torch.bfloat16).to(torch.float32)
-    shift = 23 - bits
+    shift = F32_MANTISSA_BITS - bits
     i = t.contiguous().view(torch.int32)
     bias = ((i >> shift) & 1) + ((1 << (shift - 1)) - 1)
     rounded = ((i + bias) & ~((1 << shift) - 1)).view(torch.float32)
     return torch.where(torch.isfinite(t), rounded, t)
 
 
-def _pieces(t: Any, n: int) -> list[Any]:
-    """``t`` as ``n`` bf16-valued float32 pieces: each but the last truncated, the last rounded."""
+def _truncated(t: Any, bits: int) -> Any:
+    """``t`` (float32) with its mantissa bits below the first ``bits`` cleared."""
+    return (t.contiguous().view(torch.int32) & ~((1 << (F32_MANTISSA_BITS - bits)) - 1)).view(torch.float32)
+
+
+def _pieces(t: Any, precision: MatmulPrecision) -> list[Any]:
+    """``t`` as the precision's pieces, largest first: each but the last truncated, the last rounded."""
     out, rest = [], t
-    for k in range(n):
-        if k == n - 1:
-            out.append(_round_mantissa(rest, 7))
+    for k in range(precision.pieces):
+        if k == precision.pieces - 1:
+            out.append(_round_mantissa(rest, precision.mantissa_bits))
             break
-        high = (rest.contiguous().view(torch.int32) & _MASK).view(torch.float32)
+        high = _truncated(rest, precision.mantissa_bits)
         out.append(high)
         rest = rest - high
     return out
 
 
 def _product(precision: MatmulPrecision, op: Any, a: Any, b: Any) -> Any:
-    """``op(a, b)`` (a bilinear torch op) at ``precision``: the pass structure of rewrite._matmul_as."""
-    if precision.passes <= 1:
-        return op(_round_mantissa(a, precision.mantissa_bits), _round_mantissa(b, precision.mantissa_bits))
-    n = 2 if precision.passes == 3 else 3
-    x, y = _pieces(a, n), _pieces(b, n)
-    if precision.passes == 3:
-        total = op(x[1], y[0]) + op(x[0], y[1])
-    else:
-        total = op(x[1], y[1])
-        for i, j in ((0, 2), (2, 0), (0, 1), (1, 0)):
-            total = total + op(x[i], y[j])
+    """``op(a, b)`` (a bilinear torch op) at ``precision``: the sum of its pieces' products in the
+    order the precision lists them (the replay's rewrite follows the same data)."""
+    x, y = _pieces(a, precision), _pieces(b, precision)
+    if not precision.partial:
+        return op(x[0], y[0])
+    (i, j), *rest = precision.partial
+    total = op(x[i], y[j])
+    for i, j in rest:
+        total = total + op(x[i], y[j])
     total = torch.where(total.abs() <= float("inf"), total, torch.zeros_like(total))
     return total + op(x[0], y[0])
 

@@ -10,9 +10,11 @@ must be gone before the next one is made, or the peak is their sum (docs/scale.m
   not the half a million objects torch, transformers and torch_xla bring (0.2-0.3 s each). It
   never unfreezes objects it did not freeze: when the caller (or an enclosing or concurrent
   parity run) has frozen objects of its own, it leaves the collector as it is.
-* :func:`release`: after a stage (the runner calls it, per the stage's declared policy) or inside
-  one that consumes large buffers: a collection (``"collect"``) and glibc's ``malloc_trim``, or
-  only the trim (``"trim"``: what reference counting freed).
+* :func:`release`: after a stage (the runner calls it, per the stage's declared policy; no stage
+  calls it at its end), or inside one stage's work that consumes large buffers in turn (a replay's
+  arguments as it widens them, the rounded replay's executable before the unrounded replay runs, a
+  large module call inside the golden run's hooks): a collection (``"collect"``) and glibc's
+  ``malloc_trim``, or only the trim (``"trim"``: what reference counting freed).
 
 Example:
     >>> with collector_skips_existing_objects():

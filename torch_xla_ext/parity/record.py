@@ -1,16 +1,23 @@
 """The one record of a parity run: what was asked (:class:`Request`, checked before any stage
 runs) and what each stage found (:class:`RunRecord`), in the order the stages write it.
 
-A stage reads what earlier stages wrote and writes its own fields; it drops what no later stage
-reads (a CPU run's second outputs once compared, the replays' arguments once run), so at real
-sizes no copy of a model outlives the stage that needed it. The explanation stage reads the
-record last and makes the report.
+Each stage declares the fields it reads and writes (:class:`~torch_xla_ext.parity.pipeline.Stage`),
+and the runner checks the declarations: a stage list whose stage reads a field no earlier stage
+writes is refused before anything runs, and a stage that writes a field it did not declare fails
+the run. A stage drops what no later stage reads (a replay's arguments once run, verify's own
+capture once compared), so at real sizes no copy of a model outlives the stage that needed it.
+The runner alone writes ``seconds``, ``early`` and ``failure``. The explanation reads the record
+last and makes the report.
+
+A frontend (the way the model runs on XLA: torch_xla's lazy tensors today) enters through its run
+stage, which writes ``xla`` (the outputs, and the program with its arguments: an HloModuleProto or
+StableHLO text) and ``device``; a capture's stage writes the same from a file.
 
 Example:
     >>> import torch
     >>> r = RunRecord(Request(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), False, (torch.ones(2),), {}, None))
-    >>> r.request.dtype_name, r.done
-    ('input dtypes', False)
+    >>> r.request.dtype_name, r.xla is None
+    ('input dtypes', True)
 """
 
 from __future__ import annotations
@@ -19,14 +26,23 @@ import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+import numpy as np
+import torch
+
 from torch_xla_ext import numerics
+from torch_xla_ext.parity.capturing import Recorder
+from torch_xla_ext.parity.captures import Capture, ModuleCall
 from torch_xla_ext.parity.program.replay import LazyArgs
 from torch_xla_ext.parity.program.rules import XLA_CPU, Rules
 from torch_xla_ext.parity.program.stablehlo import Program
-from torch_xla_ext.parity.report import ModuleParity, OutputParity
+from torch_xla_ext.parity.report import LayerParity, ModuleParity, OutputParity
 from torch_xla_ext.parity.user_code import UserFailure
 
-__all__ = ["Early", "ModulePass", "ProgramRun", "Replayed", "Request", "RunRecord", "XlaRun"]
+__all__ = ["Early", "ModulePass", "Outputs", "PerLayer", "ProgramRun", "Replayed", "Request", "RunRecord",
+           "ScanRecord", "XlaRun"]
+
+# A run's floating-point outputs by pytree path ("" for a lone tensor, ".logits", "[0]").
+Outputs = list[tuple[str, torch.Tensor]]
 
 
 @dataclasses.dataclass
@@ -35,14 +51,14 @@ class Request:
     ``separate_reference``), the inputs, the run's torch ``dtype`` (None: the inputs' own), the
     tolerances (``tol``: numerics.compare's keywords, {} for the dtype's defaults), the seed, and
     which optional stages run (``emulate``: the replays; ``localize``; ``explorer_dir``) under
-    which device ``rules``."""
+    which device ``rules`` (a name of ``parity.RULES``, "auto" by default, or resolved rules)."""
 
-    fn: Any
-    reference: Any
+    fn: Callable[..., Any]
+    reference: Callable[..., Any]
     separate_reference: bool
     inputs: tuple
-    kwargs: dict
-    dtype: Any
+    kwargs: dict[str, Any]
+    dtype: torch.dtype | None
     rtol: float | None = None
     atol: float | None = None
     tol: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -50,7 +66,7 @@ class Request:
     emulate: bool = True
     localize: bool = False
     explorer_dir: str | None = None
-    rules: Any = "xla-cpu"
+    rules: str | Rules = "auto"
 
     @property
     def dtype_name(self) -> str:
@@ -59,62 +75,81 @@ class Request:
 
 @dataclasses.dataclass
 class ProgramRun:
-    """A program and the arguments it ran on: the HloModuleProto of the outputs (``proto``) and
+    """A program and the arguments it ran on: ``proto``, the outputs' program (a serialized
+    HloModuleProto, as torch_xla gives it, or StableHLO text, as a JAX lowering gives it) and
     ``args`` (main's arguments), or why there is none (``error``). ``capture_proto`` and
     ``capture_args``: the same program with recorded module tensors as extra results after the
     outputs (the rounded replay computes them), or None."""
 
-    proto: bytes | None
-    args: LazyArgs | None
+    proto: bytes | str | None
+    args: LazyArgs | list[np.ndarray] | None
     error: str | None = None
-    capture_proto: bytes | None = None
+    capture_proto: bytes | str | None = None
     capture_args: LazyArgs | None = None
+
+    def programs(self) -> tuple[Program, Program | None]:
+        """(the outputs' program, the program with the module tensors or None), parsed."""
+        return _program(self.proto), _program(self.capture_proto) if self.capture_proto is not None else None
+
+
+def _program(source: bytes | str | None) -> Program:
+    if isinstance(source, str):
+        return Program(source)
+    return Program.from_hlo_proto(source)
 
 
 @dataclasses.dataclass
 class XlaRun:
-    """The XLA run: its float outputs by path (on the CPU), its program (None unless asked for),
-    its seconds, and the HLO instruction -> module path table of its program (None: no op
-    metadata, XLA_HLO_DEBUG off)."""
+    """The XLA run (or a capture's): its float outputs by path (on the CPU), its program (None
+    unless asked for), and the HLO instruction -> module path table of its program (None: no op
+    metadata, XLA_HLO_DEBUG off, or a capture)."""
 
-    outputs: list[tuple[str, Any]]
+    outputs: Outputs
     program: ProgramRun | None
-    seconds: float
     module_paths: dict[str, str] | None = None
 
 
 @dataclasses.dataclass
 class Replayed:
     """What the replays give: the program, the rounded and unrounded replays' results (None when
-    unavailable), the status ("ok" or "unavailable: <why>"), seconds per step, the float the
-    unrounded replay computed in ("f64" or "f32"), the rounded replay's values of the run's module
-    tensors (``captured``; None without), the rules it applied (resolved) and how many matmuls
-    they changed, and, when those rules changed some, the results of a rounded replay with
+    unavailable), the status ("ok" or "unavailable: <why>"), seconds per step (converting,
+    compiling and running each replay: the report lists them after the replays' stage), the float
+    the unrounded replay computed in ("f64" or "f32"), the rounded replay's values of the run's
+    module tensors (``captured``; None without), the rules it applied (resolved) and how many
+    matmuls they changed, and, when those rules changed some, the results of a rounded replay with
     XLA:CPU's own rules (``xla_cpu``) to tell the device's matmul precision from other causes."""
 
     program: Program | None
-    rounded: list | None
-    exact: list | None
+    rounded: list[np.ndarray] | None
+    exact: list[np.ndarray] | None
     status: str
     seconds: dict[str, float]
     precision: str = "f64"
-    captured: list | None = None
+    captured: list[np.ndarray] | None = None
     rules: Rules = XLA_CPU
     applied: dict[str, int] = dataclasses.field(default_factory=dict)
-    xla_cpu: list | None = None
+    xla_cpu: list[np.ndarray] | None = None
 
 
 @dataclasses.dataclass
 class ModulePass:
     """The localisation: every module call's figures, the first divergent one, the golden's own
-    float outputs by path (the fp64 golden of the whole run), the seconds it took, and the floor of
-    its rounding levels (units of roundoff of a module output's RMS)."""
+    float outputs by path (the fp64 golden of the whole run), and the floor of its rounding levels
+    (units of roundoff of a module output's RMS)."""
 
     modules: tuple[ModuleParity, ...]
     first: ModuleParity | None
-    golden: list[tuple[str, Any]]
-    seconds: float
+    golden: Outputs
     floor_ulps: float = 1.0
+
+
+@dataclasses.dataclass
+class PerLayer:
+    """scan_layers' per-layer figures (every layer's :class:`LayerParity`) and the status of the
+    per-layer replays of the scan's program."""
+
+    layers: tuple[LayerParity, ...]
+    replays: str
 
 
 class Early:
@@ -146,43 +181,39 @@ class Early:
 
 @dataclasses.dataclass
 class RunRecord:
-    """What the stages of one run found, in stage order. ``done`` ends the run before its next
-    stage (a NONDETERMINISTIC_REFERENCE, outputs of other shapes); ``failure`` is the user's
-    exception the runner caught (the EXCEPTION verdict); ``notes`` are sentences the explanation
-    appends (a localisation that failed)."""
+    """What the stages of one run found, in stage order (each field's writer and readers are the
+    stages' declarations, :mod:`~torch_xla_ext.parity.pipeline`). The runner writes ``early``
+    (the work a stage started for a later one), ``seconds`` (each stage's) and ``failure`` (the
+    user's exception that ended the run: the EXCEPTION verdict)."""
 
     request: Request
     early: Early = dataclasses.field(default_factory=Early)
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
-    device: str | None = None  # the device the run's outputs came from (the XLA run's or the capture's)
-    # CPU eager
-    cpu: list[tuple[str, Any]] | None = None
-    cpu_again: list[tuple[str, Any]] | None = None
-    cpu_calls: list | None = None  # CPU eager's module calls (with localize: the CPU shadows it spares)
-    nondeterminism: tuple[str, numerics.CompareReport] | None = None
-    # golden
-    golden: list[tuple[str, Any]] | None = None
-    # XLA run (or a capture's)
-    xla: XlaRun | None = None
-    recorder: Any = None  # capturing.Recorder / BlockValues: what the XLA run's hooks kept
-    capture: Any = None  # capturing.Capture: the run's module calls (localize), or a loaded capture
-    shapes_differ: list[tuple[str, list[int], list[int]]] | None = None
-    # replays
-    replayed: Replayed | None = None
-    # localisation
-    modules: ModulePass | None = None
-    # scan_layers: every layer's figures (LayerParity) and the per-layer replays' status
-    layers: list | None = None
-    layer_replays: str | None = None
-    # explanation
-    outputs: list[OutputParity] | None = None
     failure: UserFailure | None = None
-    done: bool = False
+    # The device the run's outputs came from (the XLA run's, or the capture's device type).
+    device: str | None = None
+    # CPU eager: its outputs, its module calls (localize: the CPU shadows they spare), and the
+    # first output on which a second run differed (NONDETERMINISTIC_REFERENCE).
+    cpu: Outputs | None = None
+    cpu_calls: list[ModuleCall] | None = None
+    nondeterminism: tuple[str, numerics.CompareReport] | None = None
+    golden: Outputs | None = None
+    # The XLA run (or a capture's outputs and program); outputs of other shapes than CPU eager's.
+    xla: XlaRun | None = None
+    shapes_differ: list[tuple[str, list[int], list[int]]] | None = None
+    # localize: the XLA run's recorder of module calls (until the replays compute them), then the
+    # run's per-module capture (or a loaded capture's).
+    recorder: Recorder | None = None
+    capture: Capture | None = None
+    replayed: Replayed | None = None
+    modules: ModulePass | None = None
+    outputs: list[OutputParity] | None = None
+    # Sentences the explanation appends (a localisation that failed).
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    @property
-    def run_outputs(self) -> list[tuple[str, Any]]:
-        """The outputs under test: the XLA run's, or the capture's."""
-        if self.xla is not None:
-            return self.xla.outputs
-        return list(self.capture.outputs.items())
+
+@dataclasses.dataclass
+class ScanRecord(RunRecord):
+    """scan_layers' record: verify's, and the per-layer stage's figures."""
+
+    per_layer: PerLayer | None = None

@@ -40,7 +40,7 @@ def call(stage: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
         return fn(*args, **kwargs)
     except (TorchXlaExtError, UserFailure):
         raise
-    except Exception as e:  # the user's code failed on this backend: a verdict, not our error
+    except Exception as e:  # noqa: BLE001 - the user's code may raise anything: the EXCEPTION verdict records it
         raise UserFailure(stage, e) from e
 
 

@@ -22,6 +22,7 @@ from typing import Sequence
 from torch_xla_ext import _device, _dtypes
 from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity.causes import MATH_NOISE_FRACTION, REASSOCIATION_FACTOR, SIGNIFICANT_FRACTION
+from torch_xla_ext.parity.program import rules as _rules
 from torch_xla_ext.parity.program.stablehlo import RoundingPoint
 from torch_xla_ext.parity.report import (MATMUL_PRECISION, REAL_DIFFERENCE, REASSOCIATION, ROUNDING_PLACEMENT,
                                          UNEXPLAINED, ModuleParity, OutputParity, ParityReport, Verdict)
@@ -31,14 +32,6 @@ __all__ = ["ExplanationParts", "describe_rounding", "device_caveat", "exception_
 
 # Most severe first: the cause the lead sentence names when outputs differ for several.
 _SEVERITY = (REAL_DIFFERENCE, UNEXPLAINED, MATMUL_PRECISION, REASSOCIATION, ROUNDING_PLACEMENT)
-# What each named rule does to an f32 dot or convolution, and the device that does it.
-_RULES_WORDS = {
-    "xla-cpu": ("XLA:CPU", "in f32"),
-    "tpu-default": ("the TPU", "on bf16 operands in one pass (precision DEFAULT)"),
-    "tpu-high": ("the TPU", "in 3 bf16 passes (precision HIGH, about 16 bits)"),
-    "tpu-highest": ("the TPU", "in 6 bf16 passes (precision HIGHEST, about f32's 24 bits)"),
-    "gpu-tf32": ("the GPU", "on TensorFloat-32 operands (10 mantissa bits)"),
-}
 # The setting that changes a device's matmul precision (recorded in each dot's precision_config).
 SETTING = "torch_xla.backends.set_mat_mul_precision"
 
@@ -88,9 +81,16 @@ def describe_rounding(points: Sequence[RoundingPoint]) -> str:
             + "; ".join(parts) + (f"; and {more} other kinds of pairs" if more > 0 else ""))
 
 
+def _rule_words(rules: str, device: str, how: str) -> tuple[str, str]:
+    """(who computes, how) for the rules named ``rules``: the registered rule's words, or the
+    fallback given for rules read per dot."""
+    rule = _rules.by_name(rules)
+    return (rule.device, rule.how) if rule is not None else (device, how)
+
+
 def rules_words(rules: str, source: str) -> str:
     """Which rules the rounded replay applied and why, as a sentence."""
-    device, how = _RULES_WORDS.get(rules, ("each dot's device", "as its own precision_config asks"))
+    device, how = _rule_words(rules, "each dot's device", "as its own precision_config asks")
     return (f"The rounded replay applied the {rules} rules ({device} computes f32 dots and convolutions {how}), "
             f"{source if source != 'given' else 'as given'}.")
 
@@ -185,7 +185,8 @@ def explain_parts(report: ParityReport, subject: str | None = None) -> Explanati
                          f"is neither confirmed nor ruled out.")
         else:
             parts.append(f"(The replays of XLA's program were unavailable: {why}.)")
-    elif report.rules != "xla-cpu" or report.rules_source != "given":
+    elif report.rules != "xla-cpu" or not (report.rules_source == "given" or _device.is_cpu(report.device)):
+        # XLA:CPU's rules on a CPU (given, or read from it by "auto") change nothing: no sentence.
         parts.append(rules_words(report.rules, report.rules_source))
     by_cause: dict[str, list[OutputParity]] = {}
     for o in differing:
@@ -202,7 +203,7 @@ def explain_parts(report: ParityReport, subject: str | None = None) -> Explanati
             f"different places; it is not a lowering bug.")
     if MATMUL_PRECISION in by_cause:
         os_ = by_cause[MATMUL_PRECISION]
-        device, how = _RULES_WORDS.get(report.rules, ("the device", "at its precision_config's precision"))
+        device, how = _rule_words(report.rules, "the device", "at its precision_config's precision")
         parts.append(
             f"The device's matmul precision explains output(s) {_names(os_)}: XLA equals the rounded replay of its "
             f"program under the {report.rules} rules, where {device} computes f32 dots and convolutions {how} "
@@ -279,10 +280,11 @@ def _tolerance(outputs: Sequence[OutputParity]) -> str:
 
 
 def _precision_advice(report: ParityReport, outputs: Sequence[OutputParity]) -> str:
-    device, how = _RULES_WORDS.get(report.rules, ("the device", "at the precision its precision_config asks for"))
-    raise_it = ("" if report.rules == "tpu-highest" else
-                f"{SETTING}('highest') computes them {'in f32' if report.rules == 'gpu-tf32' else 'in 6 bf16 passes'}, "
-                f"or ")
+    device, how = _rule_words(report.rules, "the device", "at the precision its precision_config asks for")
+    # Rules read per dot ("per dot: tpu-high on 3, tpu-default on 9") name registered rules.
+    named = [_rules.by_name(part.split(" on ")[0]) for part in report.rules.removeprefix("per dot: ").split(", ")]
+    highest = next((r.highest for r in named if r is not None and r.highest), None)
+    raise_it = f"{SETTING}('highest') computes them {highest}, or " if highest else ""
     return (f"the cause is {device}'s matmul precision (its f32 dots and convolutions ran {how}; rules "
             f"{report.rules}), not a bug: {raise_it}compare against the fp64 golden with a tolerance of about "
             f"{_tolerance(outputs)} instead of CPU eager")
@@ -374,6 +376,13 @@ def device_caveat(device: str | None = None, rules: str = "xla-cpu", source: str
     device = device or _device.current()
     if _device.is_cpu(device) or device == "unselected":
         return ""
+    if device == _rules.UNKNOWN_DEVICE and rules == "xla-cpu":
+        return ("The capture does not name the device it ran on, so this report applied XLA:CPU's rules: on a TPU "
+                "or GPU, the device's own matmul precision would read as a real difference; capture again with "
+                "this version to record the device.")
+    if device == _rules.UNKNOWN_DEVICE:
+        return (f"The capture does not name the device it ran on: the replay applied the {rules} rules ({source}); "
+                f"the rest of the device's arithmetic is modelled by XLA:CPU's rounding rules.")
     if rules == "xla-cpu":
         return (f"XLA ran on {device}, and this report applied XLA:CPU's rules ({source}): {device}'s own matmul "
                 f"precision would read as a real difference; rerun with rules='auto' (--rules auto) to replay the "

@@ -29,6 +29,8 @@ def run(command, out, *, overwrite=False, capture="auto", torch_trace=True):
     """Runs ``command`` (a list of strings) traced into ``out``, writes the report, and returns
     (the command's exit status as a shell gives it, the report or None when there is no rank
     file). See :func:`torch_xla_ext.trace.launch.run`."""
+    # This package is imported at start-up in every traced process (its recorder), which never
+    # runs a command nor writes a report: the launcher and the report are imported where used.
     from torch_xla_ext.trace import launch
 
     status, path = launch.run(command, out, overwrite=overwrite, capture=capture, torch_trace=torch_trace)
@@ -43,6 +45,6 @@ def run(command, out, *, overwrite=False, capture="auto", torch_trace=True):
 def render(directory):
     """Writes ``report.md``, ``report.json``, ``report.html`` and ``trace.perfetto.json`` of a
     trace directory from its rank files; returns the report (plain data)."""
-    from torch_xla_ext.trace import report
+    from torch_xla_ext.trace import report  # Jinja2 and pydantic: not at every traced process's start (above)
 
     return report.write(directory)

@@ -2,9 +2,9 @@
 rules; the report adds the site-level ones: a site compiling every step, no new graphs after a step).
 
 Example:
-    >>> rec = {"trigger": {"kind": "sync", "op": ""},
-    ...        "changed": [{"what": "input", "old": [4, 16], "new": [4, 24], "role": "user_input"}]}
-    >>> lazy(rec, earlier_at_site=1)
+    >>> from torch_xla_ext.trace.schema import Trigger
+    >>> changed = [{"what": "input", "old": [4, 16], "new": [4, 24], "role": "user_input"}]
+    >>> lazy(Trigger(kind="sync"), changed, earlier_at_site=1)
     'Input shapes vary ([4, 16] -> [4, 24]): pad them to a few fixed sizes (buckets) so each compiles once.'
 """
 
@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch_xla_ext.trace.schema import Trigger
+
 __all__ = ["dynamo", "lazy"]
 
 _INPUT_ROLES = ("user_input", "local")
 
 
-def lazy(rec: dict[str, Any], earlier_at_site: int) -> str:
-    """The advice for one lazy compile record (``trigger``, ``changed``)."""
-    trig, changed = rec["trigger"], rec.get("changed") or []
-    kind, op = trig.get("kind", ""), trig.get("op", "")
+def lazy(trigger: Trigger, changed: list[dict[str, Any]], earlier_at_site: int) -> str:
+    """The advice for one lazy compile: what triggered it, what changed (``Compile.changed``),
+    and how many compiles its site had before."""
+    kind, op = trigger.kind, trigger.op
     if kind in ("dynamo", "dynamo_inputs", "dynamo_run"):
         return ""
     if earlier_at_site == 0:

@@ -12,7 +12,7 @@ Example:
     ...           ("next", "/v/site-packages/torch_xla/distributed/parallel_loader.py", 40),
     ...           ("main", "/home/me/train.py", 31)]
     >>> t = classify(frames, cause="user torch_xla.sync")
-    >>> t["kind"], t["site"]
+    >>> t.kind, t.site
     ('data_loader', '/home/me/train.py:31')
 """
 
@@ -24,6 +24,8 @@ import os
 import re
 import sysconfig
 from typing import Any, Callable, Iterable, Sequence
+
+from torch_xla_ext.trace.schema import Site, Trigger
 
 __all__ = ["HOST_READ_OPS", "SiteTable", "classify", "is_library", "live_frames", "user_frame"]
 
@@ -103,17 +105,16 @@ HOST_READ_OPS = (
 )
 
 
-def classify(frames: Sequence[Frame], cause: str = "") -> dict[str, Any]:
-    """What made torch_xla run a graph (a fresh dict; the same frames every step are worked out
-    once):"""
-    return dict(_classify(tuple(frames), cause))
+def classify(frames: Sequence[Frame], cause: str = "") -> Trigger:
+    """What made torch_xla run a graph (a fresh Trigger; the same frames every step are worked out
+    once): ``kind`` (sync, data_loader, optimizer_step, torch_xla.compile, profiler, dynamo,
+    dynamo_inputs, dynamo_run, host_read, other), the user ``site`` ("file:line"), its
+    ``function`` and ``code``, and for a host read the ``op``."""
+    return Trigger(**_classify(tuple(frames), cause))
 
 
 @functools.lru_cache(maxsize=4096)
 def _classify(frames: tuple[Frame, ...], cause: str) -> dict[str, Any]:
-    """What made torch_xla run a graph: ``kind`` (sync, data_loader, optimizer_step,
-    torch_xla.compile, profiler, dynamo, dynamo_inputs, dynamo_run, host_read, other), the user ``site``
-    ("file:line"), its ``function`` and ``code``, and for a host read the ``op``."""
     user = user_frame(frames)
     out: dict[str, Any] = {"kind": "other", "site": "", "op": "", "function": "", "code": ""}
     if user is not None:
@@ -164,9 +165,9 @@ def frame_strings(frames: Iterable[Frame], limit: int = 12) -> list[str]:
 
 
 class SiteTable:
-    """Interns code sites: the first use of a site writes its record through ``emit``."""
+    """Interns code sites: the first use of a site writes its :class:`Site` record through ``emit``."""
 
-    def __init__(self, emit: Callable[[dict[str, Any]], None]):
+    def __init__(self, emit: Callable[[Any], None]):
         self._emit = emit
         self._ids: dict[tuple[str, int, str], int] = {}
 
@@ -177,8 +178,7 @@ class SiteTable:
         sid = self._ids.get(key)
         if sid is None:
             sid = self._ids[key] = len(self._ids)
-            self._emit({"ev": "site", "id": sid, "file": key[0], "line": key[1], "function": key[2],
-                        "code": _code(frame)})
+            self._emit(Site(id=sid, file=key[0], line=key[1], function=key[2], code=_code(frame)))
         return sid
 
     def reset(self) -> None:

@@ -16,12 +16,16 @@ earlier graph with a later one and names, in this order:
 
 :func:`name_inputs` puts names on changed inputs from a look at the tensors in scope
 (:mod:`~torch_xla_ext.trace.snapshot`): a tensor whose new shape and dtype is the input's.
+:func:`rank_changes` orders a compile's changes so what the user can act on leads.
 
 Example:
-    >>> old = {"args": ["tensor<4x16xi64>", "tensor<8x8xf32>"], "results": ["tensor<f32>"], "constants": [],
-    ...        "ops": [["stablehlo.add", "aten__add", "tensor<4x16xi64>", 0]], "frames": [[["/t/train.py", 9, "f"]]]}
-    >>> new = dict(old, args=["tensor<4x24xi64>", "tensor<8x8xf32>"],
-    ...            ops=[["stablehlo.add", "aten__add", "tensor<4x24xi64>", 0]])
+    >>> import dataclasses
+    >>> from torch_xla_ext.trace.schema import Graph
+    >>> old = Graph(k=1, graph_hash="a", args=["tensor<4x16xi64>", "tensor<8x8xf32>"], results=["tensor<f32>"],
+    ...             constants=[], ops=[["stablehlo.add", "aten__add", "tensor<4x16xi64>", 0]],
+    ...             frames=[[["/t/train.py", 9, "f"]]])
+    >>> new = dataclasses.replace(old, k=2, args=["tensor<4x24xi64>", "tensor<8x8xf32>"],
+    ...                           ops=[["stablehlo.add", "aten__add", "tensor<4x24xi64>", 0]])
     >>> [(c["what"], c.get("old"), c.get("new")) for c in diff(old, new)]
     [('input', [4, 16], [4, 24]), ('op', 'aten::add -> tensor<4x16xi64>', 'aten::add -> tensor<4x24xi64>')]
 """
@@ -33,8 +37,9 @@ import re
 from typing import Any, Callable
 
 from torch_xla_ext import _dtypes
+from torch_xla_ext.trace.schema import Graph
 
-__all__ = ["diff", "name_inputs", "parse_type"]
+__all__ = ["actionable", "diff", "name_inputs", "parse_type", "rank_changes"]
 
 _TENSOR = re.compile(r"^tensor<(?:((?:\d+|\?)(?:x(?:\d+|\?))*)x)?([^x>][^>]*)>$")
 
@@ -57,11 +62,11 @@ def _aten(name: str) -> str:
     return name
 
 
-def diff(old: dict[str, Any], new: dict[str, Any], is_library: Callable[[str], bool] | None = None,
+def diff(old: Graph, new: Graph, is_library: Callable[[str], bool] | None = None,
          limit: int = 6) -> list[dict[str, Any]]:
-    """What differs from ``old`` to ``new`` (both graph signatures), see the module."""
+    """What differs from ``old`` to ``new`` (both captured graphs), see the module."""
     out: list[dict[str, Any]] = []
-    a0, a1 = old["args"], new["args"]
+    a0, a1 = old.args, new.args
     if len(a0) == len(a1):
         changed = [(i, x, y) for i, (x, y) in enumerate(zip(a0, a1)) if x != y]
         for i, x, y in changed[:limit]:
@@ -83,8 +88,8 @@ def diff(old: dict[str, Any], new: dict[str, Any], is_library: Callable[[str], b
     op = _first_op(old, new, is_library)
     if op is not None:
         out.append(op)
-    if len(old["results"]) != len(new["results"]):
-        out.append({"what": "outputs", "old": len(old["results"]), "new": len(new["results"])})
+    if len(old.results) != len(new.results):
+        out.append({"what": "outputs", "old": len(old.results), "new": len(new.results)})
     return out
 
 
@@ -96,28 +101,28 @@ def _types(counter: "collections.Counter[str]", limit: int) -> list[dict[str, An
     return rows
 
 
-def _site(sig: dict[str, Any], frames_id: int, is_library: Callable[[str], bool] | None) -> str:
-    frames = sig["frames"][frames_id] if 0 <= frames_id < len(sig["frames"]) else []
+def _site(sig: Graph, frames_id: int, is_library: Callable[[str], bool] | None) -> str:
+    frames = sig.frames[frames_id] if 0 <= frames_id < len(sig.frames) else []
     if not frames:
         return ""
     pick = next((f for f in frames if is_library is None or not is_library(f[0])), frames[0])
     return f"{pick[0]}:{pick[1]}"
 
 
-def _constants(old: dict[str, Any], new: dict[str, Any], is_library: Any, limit: int) -> list[dict[str, Any]]:
+def _constants(old: Graph, new: Graph, is_library: Any, limit: int) -> list[dict[str, Any]]:
     """Scalars compiled in whose value changed, or that became inputs (or constants): torch_xla
     compiles a Python number in when it is special (0 or 1) and passes it as an input otherwise,
     so a learning rate warming up from 0 is a constant at first and an input later."""
-    def keyed(sig: dict[str, Any]) -> dict[tuple[str, str], list[Any]]:
+    def keyed(sig: Graph) -> dict[tuple[str, str], list[Any]]:
         out: dict[tuple[str, str], list[Any]] = {}
-        for index, _rtype, value in sig["constants"]:
-            op = sig["ops"][index] if index < len(sig["ops"]) else ["", "", "", -1]
+        for index, _rtype, value in sig.constants:
+            op = sig.ops[index] if index < len(sig.ops) else ["", "", "", -1]
             if op[1]:  # constants torch_xla made for an aten op (not XLA's own broadcasts)
                 out.setdefault((_aten(op[1]), _site(sig, op[3], is_library)), []).append(value)
         return out
 
-    def op_keys(sig: dict[str, Any]) -> set[tuple[str, str]]:
-        return {(_aten(op[1]), _site(sig, op[3], is_library)) for op in sig["ops"] if op[1]}
+    def op_keys(sig: Graph) -> set[tuple[str, str]]:
+        return {(_aten(op[1]), _site(sig, op[3], is_library)) for op in sig.ops if op[1]}
 
     k0, k1 = keyed(old), keyed(new)
     both = op_keys(old) & op_keys(new)  # a constant of an op only one graph has is a change of ops, not of a number
@@ -141,8 +146,8 @@ def _constants(old: dict[str, Any], new: dict[str, Any], is_library: Any, limit:
     return rows[:limit]
 
 
-def _first_op(old: dict[str, Any], new: dict[str, Any], is_library: Any) -> dict[str, Any] | None:
-    o0, o1 = old["ops"], new["ops"]
+def _first_op(old: Graph, new: Graph, is_library: Any) -> dict[str, Any] | None:
+    o0, o1 = old.ops, new.ops
     for i in range(max(len(o0), len(o1))):
         x = o0[i] if i < len(o0) else None
         y = o1[i] if i < len(o1) else None
@@ -205,3 +210,39 @@ def name_inputs(changes: list[dict[str, Any]], look: dict[str, list[Any]]) -> No
                     look[n][0] = "user_input"
             if c["role"] == "local":
                 c["role"] = "user_input"
+
+
+# The order in which changes lead a compile's "what changed": what a user changes in their code
+# first (the guard Dynamo says failed, an input's shape, a tensor in scope), then what the graph
+# shows (a number compiled in, the first differing op), then what follows from those.
+_ORDER = {w: i for i, w in enumerate((
+    "guard", "input", "inputs", "more_inputs", "tensor_shape", "tensor_dtype", "constant", "op", "outputs",
+    "tensor_appeared", "tensor_gone", "tensor_more", "same_graph", "not_captured"))}
+
+
+def actionable(change: dict[str, Any], is_library: Callable[[str], bool]) -> bool:
+    """False for a change the user cannot act on: a constant or op of the graph with no source
+    line in code outside torch, torch_xla and the standard library (a constant XLA made while
+    lowering a broadcast, an op of autograd's backward), which follows from another change."""
+    if change.get("what") == "constant":
+        site = str(change.get("site") or "")
+    elif change.get("what") == "op":
+        site = str(change.get("new_site") or change.get("old_site") or (change.get("first_with_source") or {}).get("site")
+                   or "")
+    else:
+        return True
+    file = site.rpartition(":")[0]
+    return bool(file) and not is_library(file)
+
+
+def rank_changes(changes: list[dict[str, Any]], is_library: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """``changes`` with what the user can act on first (in the order above), then what they
+    cannot (:func:`actionable`), each group in its order; nothing is dropped.
+
+    Example:
+        >>> noise = {"what": "constant", "op": "aten::expand", "site": "", "old": [0.0, 0.0], "new": [0.0]}
+        >>> shape = {"what": "input", "index": 0, "old": [4, 16], "new": [4, 24]}
+        >>> [c["what"] for c in rank_changes([noise, shape], lambda f: False)]
+        ['input', 'constant']
+    """
+    return sorted(changes, key=lambda c: (not actionable(c, is_library), _ORDER.get(c.get("what", ""), len(_ORDER))))

@@ -25,9 +25,10 @@ import tempfile
 import time
 from typing import Any, Callable, Sequence
 
+import torch_xla_ext
 from torch_xla_ext import _json
 from torch_xla_ext.trace import startup
-from torch_xla_ext.trace.schema import SCHEMA_VERSION, TraceError
+from torch_xla_ext.trace.schema import SCHEMA_VERSION, RunManifest, TraceError
 
 __all__ = ["RUN_FILE", "TRACE_FILES", "child_environment", "prepare_out", "resolve_command", "run"]
 
@@ -102,8 +103,6 @@ def site_directory() -> str:
 
 
 def package_parent() -> str:
-    import torch_xla_ext
-
     return os.path.dirname(os.path.dirname(os.path.abspath(torch_xla_ext.__file__)))
 
 
@@ -126,10 +125,8 @@ def run(command: Sequence[str], out: str, *, overwrite: bool = False, capture: s
     """Runs ``command`` traced into ``out``; returns (its exit status as a shell gives it, the
     trace directory). Bad input raises :class:`TraceError` before anything starts; a command that
     cannot start returns (127 or 126, None) after saying why on stderr."""
-    from torch_xla_ext.trace.lazy import CAPTURE_POLICIES
-
-    if capture not in CAPTURE_POLICIES:
-        raise TraceError(f"--capture must be one of {', '.join(CAPTURE_POLICIES)}, got {capture!r}")
+    if capture not in startup.CAPTURE_POLICIES:
+        raise TraceError(f"--capture must be one of {', '.join(startup.CAPTURE_POLICIES)}, got {capture!r}")
     path = prepare_out(out, overwrite)
     env = child_environment(path, capture=capture, torch_trace=torch_trace)
     try:
@@ -137,27 +134,28 @@ def run(command: Sequence[str], out: str, *, overwrite: bool = False, capture: s
     except CommandError as e:
         print(f"torch-xla-ext trace: {e}", file=sys.stderr, flush=True)
         return e.status, None
-    manifest: dict[str, Any] = {"schema": SCHEMA_VERSION, "command": list(command), "executable": executable,
-                                "cwd": os.getcwd(), "capture": capture, "start_wall": time.time(),
-                                "torch_trace": env.get("TORCH_TRACE") if torch_trace else None}
+    manifest = RunManifest(schema_version=SCHEMA_VERSION, command=list(command), executable=executable,
+                           cwd=os.getcwd(), capture=capture, start_wall=time.time(),
+                           torch_trace=env.get("TORCH_TRACE") if torch_trace else None)
     _write_manifest(path, manifest)
     status = _run_child(list(command), env)
-    manifest.update(end_wall=time.time(), **_exit_fields(status))
+    manifest.end_wall = time.time()
+    manifest.exit_code, manifest.signal = _exit_fields(status)
     _write_manifest(path, manifest)
     return (128 - status if status < 0 else status), path
 
 
-def _exit_fields(status: int) -> dict[str, Any]:
+def _exit_fields(status: int) -> tuple[int | None, str | None]:
+    """(exit code, signal name) of a child's status (negative: killed by that signal)."""
     if status < 0:
         try:
-            name = signal.Signals(-status).name
+            return None, signal.Signals(-status).name
         except ValueError:
-            name = f"signal {-status}"
-        return {"exit_code": None, "signal": name}
-    return {"exit_code": status, "signal": None}
+            return None, f"signal {-status}"
+    return status, None
 
 
-def _write_manifest(path: str, manifest: dict[str, Any]) -> None:
+def _write_manifest(path: str, manifest: RunManifest) -> None:
     tmp = os.path.join(path, RUN_FILE + ".tmp")
     with open(tmp, "w") as f:
         _json.dump(manifest, f, indent=1)

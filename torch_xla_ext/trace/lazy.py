@@ -23,19 +23,21 @@ analysis is what it would be without us. Everything else happens only when a gra
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
 from typing import Any, Callable
 
+from torch_xla_ext._compat import hlo_debug, lazy, metrics, trace_log, xla_debug
 from torch_xla_ext.trace import advice as _advice
 from torch_xla_ext.trace import frames as _frames
 from torch_xla_ext.trace import graphs as _graphs
 from torch_xla_ext.trace import snapshot as _snapshot
+from torch_xla_ext.trace.schema import Compile, Graph, Problem, Step, Trigger, to_json
 
-__all__ = ["CAPTURE_POLICIES", "LAZY_ARTIFACT", "LazyRecorder", "STEP_KINDS"]
+__all__ = ["LAZY_ARTIFACT", "LazyRecorder", "STEP_KINDS"]
 
-CAPTURE_POLICIES = ("auto", "all", "off")
 # Step markers that end a step of the user's loop (the Dynamo bridge's own syncs and the one
 # torch_xla.compile makes before calling the function do not).
 STEP_KINDS = ("sync", "data_loader", "optimizer_step", "torch_xla.compile", "profiler")
@@ -45,13 +47,13 @@ _TRUNCATE_AT = 8 << 20  # bytes of torch_xla's analysis read before the file is 
 LAZY_ARTIFACT = "torch_xla_ext_lazy_compile"
 
 
-def _distance(h: dict[str, Any], row: dict[str, Any], sig: Any, look: Any) -> tuple[int, int, int]:
+def _distance(h: dict[str, Any], row: dict[str, Any], sig: Graph | None, look: Any) -> tuple[int, int, int]:
     """How far an earlier graph of a site is from a new one: another number of inputs first, then
     how many inputs (captured graphs) or tensors in scope differ; the latest wins a tie. The
     nearest is the one the new graph is compared with."""
     inputs = 0 if h["inputs"] == row["inputs"] else 1
     if h["sig"] is not None and sig is not None:
-        a0, a1 = h["sig"]["args"], sig["args"]
+        a0, a1 = h["sig"].args, sig.args
         d = sum(x != y for x, y in zip(a0, a1)) + abs(len(a0) - len(a1))
     elif h["look"] is not None and look is not None:
         d = sum(1 for c in _snapshot.diff(h["look"], look, limit=1 << 30) if c["what"] in ("shape", "dtype"))
@@ -63,11 +65,8 @@ def _distance(h: dict[str, Any], row: dict[str, Any], sig: Any, look: Any) -> tu
 class LazyRecorder:
     """Installed once per process when torch_xla is imported (see the module)."""
 
-    def __init__(self, emit: Callable[[dict[str, Any]], None], now_ms: Callable[[], float],
+    def __init__(self, emit: Callable[[Any], None], now_ms: Callable[[], float],
                  sites: _frames.SiteTable, debug_path: str | None, capture: str = "auto"):
-        from torch_xla_ext._compat import lazy
-
-        self._lazy = lazy
         self._emit = emit
         self._now = now_ms
         self._sites = sites
@@ -77,11 +76,11 @@ class LazyRecorder:
         self._debug_rest = ""
         self._capture = capture
         self._lock = threading.RLock()
-        self._seen = self._last_count = lazy.compile_count()
+        self._seen = self._last_count = metrics.compile_count()
         self._k = 0
         self._steps: dict[int, int] = {}
         self._threads: set[int] = set()
-        self._executions: list[list[Any]] = []
+        self._executions: list[tuple[str, int, str]] = []
         self._history: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._window = WINDOW if capture == "auto" else 0
         self._pending: bytes | None = None
@@ -96,13 +95,14 @@ class LazyRecorder:
     def install(self) -> str:
         """Puts the stand-in on torch_xla's step marker; returns how ("tap" or "python")."""
         try:
+            # The extension is optional here: an interpreter it was not built for gets a plain wrapper.
             from torch_xla_ext._ext import graph_breaks as core
-        except ImportError:  # our extension does not load in this interpreter: a plain wrapper
+        except ImportError:
             core = None
 
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             if core is not None:
-                self._tap = core.Tap(original, "sync", counter_value=self._lazy_counter(), before=self.before,
+                self._tap = core.Tap(original, "sync", counter_value=metrics.counter_reader(), before=self.before,
                                      after=self.after)
                 return self._tap.stand_in()
 
@@ -113,13 +113,8 @@ class LazyRecorder:
                 return out
             return stand_in
 
-        self._lazy.chain_step_marker(make)
+        lazy.chain_step_marker(make)
         return "tap" if core is not None else "python"
-
-    def _lazy_counter(self) -> Callable[[str], Any]:
-        from torch_xla_ext._compat import metrics
-
-        return metrics.counter_reader()
 
     def pause(self, paused: bool) -> None:
         """Stops (or resumes) recording at step markers: they then cost one Python call each (what
@@ -130,10 +125,10 @@ class LazyRecorder:
         if self._paused:
             return
         try:
-            self._before_count = self._lazy.compile_count()
+            self._before_count = metrics.compile_count()
             if self._armed() and self._capture_failures < 3:
-                self._pending = self._lazy.pending_graph(self._lazy.default_device())
-        except Exception as e:  # noqa: BLE001 - the user's step goes on whatever we could not read
+                self._pending = lazy.pending_graph(lazy.default_device())
+        except Exception as e:  # noqa: BLE001 - a best-effort hook on the user's step: it goes on, the problem is recorded
             self._capture_failures += 1
             self._pending = None
             self._problem("reading the pending graph", e)
@@ -144,7 +139,7 @@ class LazyRecorder:
         try:
             with self._lock:
                 self._after(sys._getframe(1), duration_ns, int(key or 0))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a best-effort hook on the user's step: it goes on, the problem is recorded
             self._problem("recording a step", e)
         finally:
             self._pending = None
@@ -157,28 +152,25 @@ class LazyRecorder:
     def _set_ir_debug(self, on: bool) -> None:
         if on != self._ir_debug:
             try:
-                self._lazy.set_ir_debug(on)
+                hlo_debug.set_ir_debug(on)
                 self._ir_debug = on
-            except Exception as e:  # noqa: BLE001
+            except RuntimeError as e:  # torch_xla refused: recorded, the graphs are then not captured op by op
                 self._problem("switching torch_xla's IR debug", e)
 
     def _after(self, frame: Any, duration_ns: int, launched: int) -> None:
         live = _frames.live_frames(frame)
         trig = _frames.classify(live)
-        replica = self._lazy.replica()
+        replica = lazy.replica()
         self._threads.add(threading.get_ident())
         compiled = self.process_compiles(frame, trig, replica)
         # A step marker with nothing to run (the sync after moving a model to the device) ends no step.
-        if trig["kind"] in STEP_KINDS and (launched or compiled or self._executions):
+        if trig.kind in STEP_KINDS and (launched or compiled or self._executions):
             n = self._steps[replica] = self._steps.get(replica, 0) + 1
             user = _frames.user_frame(live)
-            rec = {"ev": "step", "n": n, "t": self._now(), "site": self._sites.id(user), "kind": trig["kind"],
-                   "ms": round(duration_ns / 1e6, 3), "graphs": launched, "executions": self._executions,
-                   "debug_offset": self.consumed_offset()}
-            if replica:
-                rec["replica"] = replica
+            self._emit(Step(n=n, t=self._now(), site=self._sites.id(user), kind=trig.kind, ms=round(duration_ns / 1e6, 3),
+                            graphs=launched, replica=replica, executions=self._executions,
+                            debug_offset=self.consumed_offset()))
             self._executions = []
-            self._emit(rec)
         self._window = WINDOW if compiled else max(0, self._window - 1)
         self._set_ir_debug(self._armed())
 
@@ -187,7 +179,7 @@ class LazyRecorder:
 
     def compile_time_count(self) -> int:
         """torch_xla's own count of compiles in this process (``CompileTime``)."""
-        return self._lazy.compile_count()
+        return metrics.compile_count()
 
     def forked(self) -> None:
         """In a forked child: torch_xla there still writes its parent's analysis file, which the
@@ -198,11 +190,10 @@ class LazyRecorder:
 
     # ---- compiles ---------------------------------------------------------------------------------
 
-    def process_compiles(self, frame: Any = None, sync_trigger: dict[str, Any] | None = None,
-                         replica: int = 0) -> int:
+    def process_compiles(self, frame: Any = None, sync_trigger: Trigger | None = None, replica: int = 0) -> int:
         """Records the compiles since the last call (and the executions torch_xla's analysis
         listed); returns how many. ``frame`` is the step marker's caller (None at exit)."""
-        now = self._lazy.compile_count()
+        now = metrics.compile_count()
         if now < self._last_count:  # someone cleared torch_xla's metrics: counting starts again
             self._seen = 0
         self._last_count = now
@@ -213,22 +204,22 @@ class LazyRecorder:
             if e.kind == "execute":
                 t = _frames.classify(e.frames, e.cause)
                 user = _frames.user_frame(e.frames)
-                self._executions.append([t["kind"], self._sites.id(user), e.graph_hash])
+                self._executions.append((t.kind, self._sites.id(user), e.graph_hash))
         if d <= 0 and not compiles:
             return 0
         look = None
         if frame is not None:
             try:
                 look = _snapshot.named_tensors(frame, _frames.is_library)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - the user's objects in scope may raise anything: recorded, the compile still is
                 self._problem("naming the tensors in scope", e)
         n = max(d, len(compiles))
-        samples = self._lazy.compile_samples(n)
+        samples = metrics.compile_samples(n)
         samples = [None] * (n - len(samples)) + samples
         rows: list[dict[str, Any]] = []
         for e in compiles:
             t = _frames.classify(e.frames, e.cause)
-            t.update(cause=e.cause, frames=_frames.frame_strings(e.frames))
+            t.cause, t.frames = e.cause, _frames.frame_strings(e.frames)
             rows.append({"trigger": t, "graph_hash": e.graph_hash, "inputs": e.inputs, "outputs": e.outputs,
                          "sizes": e.sizes})
         missing = n - len(rows)
@@ -238,14 +229,12 @@ class LazyRecorder:
                 # No analysis: the compiles inside the sync are its; the others happened between syncs.
                 for i in range(missing):
                     mine = i >= missing - in_sync
-                    t = dict(sync_trigger) if mine else {"kind": "other", "site": "", "op": "", "function": "",
-                                                         "code": ""}
-                    t.setdefault("cause", "")
+                    t = dataclasses.replace(sync_trigger) if mine else Trigger(kind="other")
                     rows.append({"trigger": t, "graph_hash": "", "inputs": None, "outputs": None, "sizes": {}})
             else:
                 for _ in range(missing):
-                    rows.append({"trigger": {"kind": "other", "site": "", "op": "", "function": "", "code": "",
-                                             "cause": "a compile torch_xla wrote no analysis of (no Python frames)"},
+                    rows.append({"trigger": Trigger(kind="other",
+                                                    cause="a compile torch_xla wrote no analysis of (no Python frames)"),
                                  "graph_hash": "", "inputs": None, "outputs": None, "sizes": {}})
         # Advanced by what was recorded, not to `now`: another replica thread's compile may have
         # written its analysis before its CompileTime sample (or the other way round).
@@ -259,25 +248,25 @@ class LazyRecorder:
         return len(rows)
 
     def _compile(self, row: dict[str, Any], sample: Any, step: int, look: dict[str, list[Any]] | None,
-                 replica: int, sync_trigger: dict[str, Any] | None, ordinal: int) -> None:
-        trig = row["trigger"]
+                 replica: int, sync_trigger: Trigger | None, ordinal: int) -> None:
+        trig: Trigger = row["trigger"]
         sig = None
-        if self._pending is not None and sync_trigger is not None and trig["kind"] == sync_trigger["kind"] \
-                and trig["site"] == sync_trigger["site"]:
+        if self._pending is not None and sync_trigger is not None and trig.kind == sync_trigger.kind \
+                and trig.site == sync_trigger.site:
             try:
-                sig = self._lazy.graph_signature(self._pending)
-            except Exception as e:  # noqa: BLE001
+                sig = Graph(k=self._k, graph_hash=row["graph_hash"], **lazy.graph_signature(self._pending))
+            except Exception as e:  # noqa: BLE001 - jaxlib's MLIR reader may raise anything on an artifact: recorded
                 self._problem("reading a captured graph", e)
             self._pending = None
-            if sig is not None and row["inputs"] is not None and len(sig["args"]) != row["inputs"]:
-                self._problem("reading a captured graph", f"the captured graph has {len(sig['args'])} inputs, the "
+            if sig is not None and row["inputs"] is not None and len(sig.args) != row["inputs"]:
+                self._problem("reading a captured graph", f"the captured graph has {len(sig.args)} inputs, the "
                               f"compiled one {row['inputs']}: not used")
                 sig = None
-        key = (trig["kind"], trig["site"])
+        key = (trig.kind, trig.site)
         earlier = self._history.get(key, [])
         changed: list[dict[str, Any]] = []
         previous = None
-        same = next((h for h in earlier if row["graph_hash"] and h["hash"] == row["graph_hash"]), None)
+        same = next((h for h in earlier if row["graph_hash"] and h["graph_hash"] == row["graph_hash"]), None)
         if same is not None:
             # torch_xla's hash of a graph does not name its device: the same graph again is the
             # copy for another device this process drives (xmp.spawn's threads), or a recompile
@@ -286,33 +275,30 @@ class LazyRecorder:
             changed = [{"what": "same_graph", "detail": f"the same graph as compile {same['k']} (step {same['step']}): "
                         "compiled again for another device of this process, or after torch_xla's compilation "
                         "cache dropped it"}]
-        elif earlier and trig["kind"] not in ("dynamo",):
+        elif earlier and trig.kind not in ("dynamo",):
             h = min(earlier, key=lambda h: _distance(h, row, sig, look))
             previous, changed = h["k"], self._changes(h, look, sig, row)
-        rec = {"ev": "compile", "k": self._k, "ordinal": ordinal, "step": step, "t": self._now(),
-               "graph_hash": row["graph_hash"],
-               "trigger": trig, "ms": round(sample[1] / 1e6, 3) if sample else None, "inputs": row["inputs"],
-               "outputs": row["outputs"], "captured": sig is not None, "changed": changed, "previous": previous,
-               "sizes": row["sizes"], "debug_offset": self.consumed_offset()}
+        tensors: dict[str, list[Any]] = {}
+        roles: dict[str, int] = {}
         if look is not None:
-            rec["tensors"] = dict(list(((n, v) for n, v in look.items() if v[0] in ("user_input", "local")))[:64])
-            roles: dict[str, int] = {}
+            tensors = dict(list(((n, v) for n, v in look.items() if v[0] in ("user_input", "local")))[:64])
             for v in look.values():
                 roles[v[0]] = roles.get(v[0], 0) + 1
-            rec["roles"] = roles
-        if replica:
-            rec["replica"] = replica
-        rec["advice"] = _advice.lazy(rec, earlier_at_site=len(earlier))
+        rec = Compile(k=self._k, ordinal=ordinal, step=step, t=self._now(), graph_hash=row["graph_hash"], trigger=trig,
+                      ms=round(sample[1] / 1e6, 3) if sample else None, inputs=row["inputs"], outputs=row["outputs"],
+                      captured=sig is not None, changed=changed, previous=previous, sizes=row["sizes"],
+                      debug_offset=self.consumed_offset(), tensors=tensors, roles=roles, replica=replica)
+        rec.advice = _advice.lazy(trig, changed, earlier_at_site=len(earlier))
         self._emit(rec)
         if sig is not None:
-            self._emit({"ev": "graph", "k": self._k, "graph_hash": row["graph_hash"], **sig})
+            self._emit(sig)
         self._artifact(rec)
-        earlier.append({"k": self._k, "step": step, "hash": row["graph_hash"], "look": look, "sig": sig,
+        earlier.append({"k": self._k, "step": step, "graph_hash": row["graph_hash"], "look": look, "sig": sig,
                         "inputs": row["inputs"], "outputs": row["outputs"]})
         self._history[key] = earlier[-_HISTORY:]
 
     @staticmethod
-    def _changes(h: dict[str, Any], look: Any, sig: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
+    def _changes(h: dict[str, Any], look: Any, sig: Graph | None, row: dict[str, Any]) -> list[dict[str, Any]]:
         changes: list[dict[str, Any]] = []
         if h["sig"] is not None and sig is not None:
             changes.extend(_graphs.diff(h["sig"], sig, _frames.is_library))
@@ -324,27 +310,23 @@ class LazyRecorder:
             for c in _snapshot.diff(h["look"], look):
                 changes.append(dict(c, what="tensor_" + c["what"]))
         if not changes and (h["sig"] is None or sig is None):
-            why = ("a host read's graph runs before the trace can read it" if row["trigger"]["kind"] == "host_read"
+            why = ("a host read's graph runs before the trace can read it" if row["trigger"].kind == "host_read"
                    else "the graph was not captured (outside a capture window)")
             changes.append({"what": "not_captured", "detail": f"{why}; no tensor in scope changed shape"})
         return changes
 
-    def _artifact(self, rec: dict[str, Any]) -> None:
+    def _artifact(self, rec: Compile) -> None:
         """The compile as an artifact of torch's structured trace (outside any Dynamo compile id),
         for tlparse, when that trace is written."""
         try:
-            from torch_xla_ext._compat import trace_log
-
             if trace_log.active():
-                trace_log.artifact(LAZY_ARTIFACT, {k: v for k, v in rec.items() if k != "ev"}, None)
-        except Exception as e:  # noqa: BLE001
+                trace_log.artifact(LAZY_ARTIFACT, {k: v for k, v in to_json(rec).items() if k != "ev"}, None)
+        except (OSError, ValueError, TypeError) as e:  # torch's logger refused it: recorded, the trace goes on
             self._problem("writing the compile into torch's structured trace", e)
 
     # ---- torch_xla's analysis file -------------------------------------------------------------------
 
     def _read_debug(self) -> list[Any]:
-        from torch_xla_ext._compat import xla_debug
-
         if self._debug_path is None:
             return []
         if self._debug_fd is None:
@@ -373,8 +355,7 @@ class LazyRecorder:
     # ---- problems ----------------------------------------------------------------------------------
 
     def _problem(self, where: str, e: Any) -> None:
-        try:
-            self._emit({"ev": "problem", "t": self._now(), "where": where,
-                        "message": f"{type(e).__name__}: {e}" if isinstance(e, BaseException) else str(e)})
-        except Exception:  # noqa: BLE001 - nothing more we can do without disturbing the run
-            pass
+        """Records what went wrong (an exception, or a sentence) as a ``problem`` record; the
+        report lists it under its process."""
+        self._emit(Problem(t=self._now(), where=where,
+                           message=f"{type(e).__name__}: {e}" if isinstance(e, BaseException) else str(e)))

@@ -29,6 +29,9 @@ __all__ = ["diff", "named_tensors", "summarize_groups"]
 ROLES = ("parameter", "buffer", "gradient", "optimizer_state", "user_input", "local")
 _PRIORITY = {r: i for i, r in enumerate(ROLES)}
 _MAX_TENSORS = 20000
+# What listing a user's module's parameters or an optimizer's state raises while they are being
+# built or torn down (a lazy module, a state dict mid-update).
+_CANNOT_LIST = (AttributeError, KeyError, NotImplementedError, RuntimeError, TypeError)
 
 
 def named_tensors(frame: Any, is_library: Any, max_frames: int = 16) -> dict[str, list[Any]]:
@@ -47,7 +50,7 @@ def named_tensors(frame: Any, is_library: Any, max_frames: int = 16) -> dict[str
         try:
             if t.device.type != "xla":
                 return
-        except Exception:  # noqa: BLE001 - a tensor subclass that cannot say
+        except (AttributeError, NotImplementedError, RuntimeError, TypeError):  # a tensor subclass that cannot say
             return
         prev = found.get(id(t))
         if prev is None or _PRIORITY[role] < _PRIORITY[prev[0]]:
@@ -93,7 +96,7 @@ def named_tensors(frame: Any, is_library: Any, max_frames: int = 16) -> dict[str
                     tensor(p.grad, "gradient", f"{mname}.{pname}.grad")
             for bname, b in m.named_buffers():
                 tensor(b, "buffer", f"{mname}.{bname}")
-        except Exception:  # noqa: BLE001 - a module whose parameters cannot be listed now
+        except _CANNOT_LIST:  # a module whose parameters cannot be listed now (anything else: the caller records it)
             continue
     for oname, opt in optimizers:
         try:
@@ -102,7 +105,7 @@ def named_tensors(frame: Any, is_library: Any, max_frames: int = 16) -> dict[str
                     pname = param_names.get(id(p), f"param_groups[{gi}][{pi}]")
                     for key, s in opt.state.get(p, {}).items():
                         tensor(s, "optimizer_state", f"{oname}.state[{pname}].{key}")
-        except Exception:  # noqa: BLE001
+        except _CANNOT_LIST:  # an optimizer whose state cannot be listed now
             continue
     out: dict[str, list[Any]] = {}
     for role, name, t in found.values():

@@ -31,10 +31,14 @@ import socket
 import sys
 from typing import Any, Callable
 
-__all__ = ["CAPTURE_ENV", "OWNS_ENV", "PACKAGE_ENV", "PTH_FILE", "PTH_LINE", "TRACE_ENV", "autostart", "recorder", "start"]
+from torch_xla_ext._compat import xla_debug
+from torch_xla_ext.trace.recorder import Recorder
+
+__all__ = ["CAPTURE_ENV", "CAPTURE_POLICIES", "OWNS_ENV", "PACKAGE_ENV", "PTH_FILE", "PTH_LINE", "TRACE_ENV", "autostart", "recorder", "start"]
 
 TRACE_ENV = "TORCH_XLA_EXT_TRACE"
 CAPTURE_ENV = "TORCH_XLA_EXT_TRACE_CAPTURE"
+CAPTURE_POLICIES = ("auto", "all", "off")  # its values (--capture)
 PACKAGE_ENV = "TORCH_XLA_EXT_TRACE_PACKAGE"
 OWNS_ENV = "TORCH_XLA_EXT_TRACE_OWNS"
 DEBUG_DIR = "xla-debug"
@@ -56,18 +60,20 @@ def autostart() -> None:
     ``DIR/startup-error-<pid>.txt``."""
     try:
         start()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - runs before the user's program, which must start whatever failed here; the file says what
         note_startup_error(e)
 
 
-def note_startup_error(e: BaseException) -> None:
-    """Writes why the recorder did not start into the trace directory (never raises)."""
+def note_startup_error(e: BaseException | str) -> None:
+    """Writes why the recorder did not start into the trace directory, where the report reads it
+    (``startup-error-<pid>.txt``; never raises: a directory that cannot be written is left)."""
+    text = f"{type(e).__name__}: {e}" if isinstance(e, BaseException) else e
     try:
         d = os.environ[TRACE_ENV]
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, STARTUP_ERROR.format(pid=os.getpid())), "a") as f:
-            f.write(f"{type(e).__name__}: {e}\n")
-    except Exception:  # noqa: BLE001
+            f.write(text + "\n")
+    except (KeyError, OSError):
         pass
 
 
@@ -81,8 +87,6 @@ def start(environ: dict[str, str] | None = None) -> Any:
     global _recorder
     if _recorder is not None:
         return _recorder
-    from torch_xla_ext._compat import xla_debug
-    from torch_xla_ext.trace.recorder import Recorder
 
     env = os.environ if environ is None else environ
     directory = os.path.abspath(env[TRACE_ENV])
@@ -103,7 +107,8 @@ def start(environ: dict[str, str] | None = None) -> Any:
     if debug_path is not None:
         os.makedirs(os.path.dirname(debug_path), exist_ok=True)
     _recorder = Recorder(directory, capture=capture, debug_path=debug_path, analysis=analysis)
-    hooks = _PostImport({"torch._dynamo": _recorder.on_dynamo, "torch_xla": _recorder.on_torch_xla})
+    hooks = _PostImport({"torch._dynamo": _recorder.on_dynamo, "torch_xla": _recorder.on_torch_xla},
+                        on_error=_recorder.problem)
     sys.meta_path.insert(0, hooks)
     for name in ("torch._dynamo", "torch_xla"):  # already imported (a forked child, or a late start)
         if name in sys.modules:
@@ -121,10 +126,13 @@ def start(environ: dict[str, str] | None = None) -> Any:
 
 class _PostImport:
     """A meta-path finder that runs a callback once a module finished importing (it wraps the
-    module's loader; the module keeps its own loader)."""
+    module's loader; the module keeps its own loader). A callback that raises does not fail the
+    import: ``on_error(where, exception)`` records it."""
 
-    def __init__(self, callbacks: dict[str, Callable[[Any], None]]):
+    def __init__(self, callbacks: dict[str, Callable[[Any], None]],
+                 on_error: Callable[[str, BaseException], None]):
         self._callbacks = dict(callbacks)
+        self._on_error = on_error
         self._busy: set[str] = set()
 
     def run(self, name: str, module: Any) -> None:
@@ -132,8 +140,8 @@ class _PostImport:
         if callback is not None:
             try:
                 callback(module)
-            except Exception:  # noqa: BLE001 - the recorder's own problem; the import succeeded
-                pass
+            except Exception as e:  # noqa: BLE001 - a best-effort hook: the user's import succeeded; what failed is recorded
+                self._on_error(f"the recorder's hook on importing {name}", e)
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name not in self._callbacks or name in self._busy:

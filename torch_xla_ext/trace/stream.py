@@ -9,11 +9,15 @@ torch_xla's ordinal once its runtime started, else ``LOCAL_RANK``), or ``proc-<p
 second process claiming the same rank in one directory gets ``rank-<r>.<pid>.jsonl``. After a
 ``fork`` the child writes its own file, never its parent's.
 
+Records are the models of :mod:`~torch_xla_ext.trace.schema`; the header is written at the
+first record.
+
 Example:
     >>> import json, os, tempfile
+    >>> from torch_xla_ext.trace.schema import Step
     >>> d = tempfile.mkdtemp()
     >>> f = RankFile(d, environ={"RANK": "3", "WORLD_SIZE": "4"})
-    >>> f.write({"ev": "step", "n": 1})
+    >>> f.write(Step(n=1, t=f.now_ms(), site=-1, kind="sync"))
     >>> os.path.basename(f.path)
     'rank-3.jsonl'
     >>> [json.loads(line)["ev"] for line in open(f.path)]
@@ -30,7 +34,7 @@ import time
 from typing import Any, Callable, Mapping, cast
 
 from torch_xla_ext import _json
-from torch_xla_ext.trace.schema import RANK_FILE_GLOB, SCHEMA_VERSION
+from torch_xla_ext.trace.schema import SCHEMA_MINOR, SCHEMA_VERSION, Header, to_json
 
 __all__ = ["RankFile", "identity"]
 
@@ -51,7 +55,7 @@ def identity(environ: Mapping[str, str], ordinal: Callable[[], int | None] | Non
     if ordinal is not None:
         try:
             r = ordinal()
-        except Exception:  # noqa: BLE001 - a runtime that cannot say leaves the other sources
+        except RuntimeError:  # torch_xla's runtime cannot say yet: the other sources decide
             r = None
     if r is not None:
         ident.update(rank=r, source="torch_xla ordinal")
@@ -71,11 +75,10 @@ class RankFile:
     """The append-only JSON-lines file of this process in ``directory`` (see the module)."""
 
     def __init__(self, directory: str, environ: Mapping[str, str] | None = None,
-                 ordinal: Callable[[], int | None] | None = None, header: Mapping[str, Any] | None = None):
+                 ordinal: Callable[[], int | None] | None = None):
         self.directory = directory
         self._environ = os.environ if environ is None else environ
         self._ordinal = ordinal
-        self._header = dict(header or {})
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._pid = os.getpid()
@@ -91,10 +94,10 @@ class RankFile:
         """Milliseconds since this process's file started (the ``t`` of records)."""
         return round((time.monotonic() - self._t0) * 1e3, 3)
 
-    def write(self, record: Mapping[str, Any]) -> None:
-        """Appends one record (a JSON object on one line); opens the file at the first."""
-        text = _json.dumps(record, separators=(",", ":"), default=str)
-        line = (text + "\n").encode()
+    def write(self, record: Any) -> None:
+        """Appends one record (a model of ``trace.schema``, as one JSON line); opens the file at
+        the first."""
+        line = (_json.dumps(to_json(record), separators=(",", ":")) + "\n").encode()
         with self._lock:
             if self._fd is None or os.getpid() != self._pid:
                 self._open()  # sets self._fd, or raises
@@ -128,10 +131,9 @@ class RankFile:
             self.path = path
             break
         self.identity = ident
-        head = {"ev": "header", "schema_version": SCHEMA_VERSION, "glob": RANK_FILE_GLOB, **ident,
-                "argv": list(sys.argv), "executable": sys.executable, "python": sys.version.split()[0],
-                "cwd": os.getcwd(), "wall": time.time(), **self._header}
-        if forked_from is not None:
-            head["forked_from"] = forked_from
-        line = (_json.dumps(head, separators=(",", ":"), default=str) + "\n").encode()
-        os.write(self._fd, line)
+        head = Header(schema_version=SCHEMA_VERSION, schema_minor=SCHEMA_MINOR, pid=ident["pid"], host=ident["host"],
+                      wall=time.time(), rank=ident["rank"], world_size=ident.get("world_size"),
+                      local_rank=ident.get("local_rank"), source=ident["source"], argv=list(sys.argv),
+                      executable=sys.executable, python=sys.version.split()[0], cwd=os.getcwd(),
+                      forked_from=forked_from)
+        os.write(self._fd, (_json.dumps(to_json(head), separators=(",", ":")) + "\n").encode())

@@ -9,9 +9,10 @@
   contraction and f32 approximations of transcendentals). The unrounded replays retype every
   float to f64 (or the narrow ones to f32) and round nothing.
 * **a device's matmul precision** (:func:`apply_rules`, rounded replay only): each f32 dot and
-  convolution computed as the rules' device computes it (:mod:`.rules`): operands rounded to
-  bf16 or TF32 with ``reduce_precision``, or split into bf16 pieces (truncated with a
-  ``bitcast_convert`` and a mask, the rest rounded) whose products XLA:CPU sums in f32.
+  convolution computed as the rules' device computes it, by the arithmetic its registered rule
+  holds (:mod:`.rules`): operands rounded to bf16 or TF32 with ``reduce_precision``, or split into
+  pieces (truncated with a ``bitcast_convert`` and a mask, the rest rounded) whose products
+  XLA:CPU sums in f32.
 * **layouts** XLA:CPU runs faster, with the same values: ``x @ transpose(w)`` (torch_xla's
   ``nn.Linear``) as ``transpose(w @ x^T)`` in the unrounded replays, and ``w^T`` written out before
   the product in the rounded one (:func:`swap_transposed_dots`, :func:`materialize_transposed_rhs`).
@@ -41,7 +42,7 @@ from torch_xla_ext._ext import parity as _core
 from torch_xla_ext._mlir_graph import dot_dimensions
 from torch_xla_ext.parity.errors import ReplayError
 from torch_xla_ext.parity.program.mlir import ir
-from torch_xla_ext.parity.program.rules import XLA_CPU, MatmulPrecision, Rules, is_f32_matmul
+from torch_xla_ext.parity.program.rules import F32_MANTISSA_BITS, XLA_CPU, MatmulPrecision, Rules, is_f32_matmul
 from torch_xla_ext.parity.program.stablehlo import FunctionGraph, functions, location_name
 
 __all__ = ["NARROW_FORMATS", "WIDENED_TO_F64", "Rewriter", "apply_rules", "materialize_transposed_rhs",
@@ -204,9 +205,10 @@ def apply_rules(fg: FunctionGraph, rules: Rules, erased: set[int]) -> Counter:
 
 
 def _matmul_as(op: Any, precision: MatmulPrecision) -> Any:
-    """``op`` (an f32 dot or convolution) computed at ``precision``, inserted before it: operands
-    rounded to ``precision.mantissa_bits`` (one bf16 pass, TF32), or split into bf16 pieces whose
-    products are summed in f32 as XLA's DotAlgorithmRewriter does (3 or 6 passes)."""
+    """``op`` (an f32 dot or convolution) computed at ``precision``, inserted before it: each
+    operand split into its pieces, their products summed in f32 in the order the precision lists
+    them (:class:`~torch_xla_ext.parity.program.rules.MatmulPrecision`: one product for one bf16
+    pass or TF32; XLA's DotAlgorithmRewriter's sums for 3 and 6 bf16 passes)."""
     lhs, rhs = op.operands[0], op.operands[1]
     attributes = {a.name: a.attr for a in op.attributes}
 
@@ -214,15 +216,13 @@ def _matmul_as(op: Any, precision: MatmulPrecision) -> Any:
         return ir.Operation.create(op.name, results=[op.results[0].type], operands=[a, b],
                                    attributes=attributes).results[0]
 
-    if precision.passes <= 1:
-        return product(_reduce_precision(lhs, precision.mantissa_bits), _reduce_precision(rhs, precision.mantissa_bits))
-    a, b = _bf16_pieces(lhs, 2 if precision.passes == 3 else 3), _bf16_pieces(rhs, 2 if precision.passes == 3 else 3)
-    if precision.passes == 3:
-        total = _add(product(a[1], b[0]), product(a[0], b[1]))  # lo*hi + hi*lo
-    else:  # mid*mid + hi*lo + lo*hi + hi*mid + mid*hi
-        total = product(a[1], b[1])
-        for i, j in ((0, 2), (2, 0), (0, 1), (1, 0)):
-            total = _add(total, product(a[i], b[j]))
+    a, b = _pieces(lhs, precision), _pieces(rhs, precision)
+    if not precision.partial:
+        return product(a[0], b[0])
+    (i, j), *rest = precision.partial
+    total = product(a[i], b[j])
+    for i, j in rest:
+        total = _add(total, product(a[i], b[j]))
     return _add(_finite_or_zero(total), product(a[0], b[0]))
 
 
@@ -232,29 +232,36 @@ def _reduce_precision(value: Any, mantissa_bits: int) -> Any:
         "exponent_bits": ir.IntegerAttr.get(i32, 8), "mantissa_bits": ir.IntegerAttr.get(i32, mantissa_bits)}).results[0]
 
 
-def _bf16_pieces(value: Any, n: int) -> list[Any]:
-    """``value`` (f32) as ``n`` bf16-valued f32 pieces, largest first: each but the last truncated
-    to bf16 (its low 16 bits cleared), the last the remainder rounded to bf16."""
+def _pieces(value: Any, precision: MatmulPrecision) -> list[Any]:
+    """``value`` (f32) as ``precision.pieces`` f32 pieces of its mantissa bits, largest first:
+    each but the last truncated (its low bits cleared), the last the remainder rounded to nearest."""
     pieces, rest = [], value
-    for k in range(n):
-        if k == n - 1:
-            pieces.append(_reduce_precision(rest, 7))
+    for k in range(precision.pieces):
+        if k == precision.pieces - 1:
+            pieces.append(_reduce_precision(rest, precision.mantissa_bits))
             break
-        high = _truncated_to_bf16(rest)
+        high = _truncated(rest, precision.mantissa_bits)
         pieces.append(high)
         rest = ir.Operation.create("stablehlo.subtract", results=[rest.type], operands=[rest, high]).results[0]
     return pieces
 
 
-def _truncated_to_bf16(value: Any) -> Any:
+def _truncated(value: Any, mantissa_bits: int) -> Any:
+    """``value`` (f32) with the mantissa bits below its first ``mantissa_bits`` cleared."""
     t = ir.RankedTensorType(value.type)
     u32 = ir.IntegerType.get_unsigned(32)
     bits_type = ir.RankedTensorType.get(t.shape, u32)
     bits = ir.Operation.create("stablehlo.bitcast_convert", results=[bits_type], operands=[value]).results[0]
     mask = ir.Operation.create("stablehlo.constant", results=[bits_type], attributes={
-        "value": ir.DenseElementsAttr.get_splat(bits_type, ir.IntegerAttr.get(u32, 0xFFFF0000))}).results[0]
+        "value": ir.DenseElementsAttr.get_splat(bits_type, ir.IntegerAttr.get(u32, _keep_mask(mantissa_bits)))}).results[0]
     kept = ir.Operation.create("stablehlo.and", results=[bits_type], operands=[bits, mask]).results[0]
     return ir.Operation.create("stablehlo.bitcast_convert", results=[value.type], operands=[kept]).results[0]
+
+
+def _keep_mask(mantissa_bits: int) -> int:
+    """The f32 bit mask that keeps the sign, the exponent and the first ``mantissa_bits`` mantissa
+    bits (0xFFFF0000 for bf16's 7)."""
+    return 0xFFFFFFFF & ~((1 << (F32_MANTISSA_BITS - mantissa_bits)) - 1)
 
 
 def _add(a: Any, b: Any) -> Any:

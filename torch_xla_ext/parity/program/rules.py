@@ -1,5 +1,8 @@
 """A device's precision rules for f32 dots and convolutions, which the rounded replay applies with
-explicit rounding on XLA:CPU.
+explicit rounding on XLA:CPU: one registry of :class:`Rule` objects, each holding everything about
+its rule (its name, the words a report says of it, its line of CLI help, the arithmetic both the
+replay's rewrite and torch's CPU matmuls follow, and what ``rules="auto"`` reads as it). A new rule
+is one entry of :data:`REGISTRY`.
 
 XLA:CPU computes an f32 dot in f32 whatever its ``precision_config`` says. Other devices do not:
 
@@ -12,7 +15,7 @@ XLA:CPU computes an f32 dot in f32 whatever its ``precision_config`` says. Other
   hi*mid + mid*hi, a NaN from an infinite operand's zero piece dropped);
 * XLA:GPU on Ampere and newer computes f32 dots at DEFAULT and HIGH precision with TensorFloat-32
   operands (10 explicit mantissa bits, rounded to nearest) and f32 accumulation; HIGHEST in f32.
-  (Modelled from that definition; not checked against a GPU here.)
+  Checked against outputs recorded on an H100 (tests/parity/gpu_recordings_test.py).
 
 bf16 and f16 dots are untouched (their operands already are what the device multiplies); so are
 f64 ones. ``torch_xla.backends.set_mat_mul_precision`` ("default", "high", "highest") is recorded
@@ -22,6 +25,8 @@ Example:
     >>> rules = resolve("tpu-high")
     >>> rules.name, rules.source, rules.for_dot(None).passes
     ('tpu-high', 'given', 3)
+    >>> by_name("gpu-tf32").how
+    'on TensorFloat-32 operands (10 mantissa bits)'
 """
 
 from __future__ import annotations
@@ -30,60 +35,133 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
 from torch_xla_ext.parity.program.mlir import ir, stablehlo
 
-__all__ = ["BF16_1", "BF16_3", "BF16_6", "F32", "NAMES", "TF32", "MatmulPrecision", "Rules", "matmul_ops",
-           "resolve"]
+__all__ = ["AUTO", "BF16_1", "BF16_3", "BF16_6", "F32", "NAMES", "REGISTRY", "TF32", "XLA_CPU", "MatmulPrecision",
+           "Rule", "Rules", "by_name", "cli_help", "is_f32_matmul", "matmul_ops", "resolve"]
 
-NAMES = ("xla-cpu", "tpu-default", "tpu-high", "tpu-highest", "gpu-tf32", "auto")
 MATMULS = frozenset({"stablehlo.dot", "stablehlo.dot_general", "stablehlo.convolution"})
+AUTO = "auto"
+F32_MANTISSA_BITS = 23
 
 
 @dataclasses.dataclass(frozen=True)
 class MatmulPrecision:
-    """How a device computes an f32 dot or convolution: ``passes`` bf16 passes (1, 3 or 6; 0 for
-    none), or its operands rounded to ``mantissa_bits`` explicit bits (TF32: 10; f32: 23, nothing
-    rounded); f32 accumulation either way. ``bits`` is the significand precision of the result's
-    terms, which sets the localisation's rounding floor."""
+    """How a device computes an f32 dot or convolution, as data that the replay's rewrite
+    (:func:`~torch_xla_ext.parity.program.rewrite.apply_rules`) and torch's CPU matmuls
+    (:mod:`~torch_xla_ext.parity.matmul_precision`) both follow, with f32 accumulation either way:
+
+    * each operand split into ``pieces`` pieces of ``mantissa_bits`` explicit mantissa bits,
+      largest first: every piece but the last is the remainder truncated to them, the last the
+      remainder rounded to nearest (0 pieces: the operands as they are, f32);
+    * one piece: the product of the two pieces; more: the products of the piece pairs
+      ``partial`` (lhs piece, rhs piece) summed in that order, a non-finite partial sum dropped
+      (an infinite operand's small pieces are 0, and inf * 0 is NaN), then the high pieces'
+      product added last.
+
+    ``bits`` is the significand precision of the result's terms, which sets the localisation's
+    rounding floor; ``name`` keys the replay's count of the matmuls it changed."""
 
     name: str
-    passes: int = 0
-    mantissa_bits: int = 23
+    pieces: int = 0
+    mantissa_bits: int = F32_MANTISSA_BITS
+    partial: tuple[tuple[int, int], ...] = ()
     bits: int = 24
-    words: str = "in f32"
+
+    @property
+    def passes(self) -> int:
+        """How many products of pieces the device computes (0: an f32 product)."""
+        return len(self.partial) + 1 if self.pieces else 0
 
     @property
     def rounds(self) -> bool:
         """Whether this precision differs from XLA:CPU's f32 dot."""
-        return self.passes > 0 or self.mantissa_bits < 23
+        return self.pieces > 0
 
 
 F32 = MatmulPrecision("f32")
-BF16_1 = MatmulPrecision("bf16", passes=1, mantissa_bits=7, bits=8,
-                         words="on bf16 operands in one pass (TPU precision DEFAULT)")
-BF16_3 = MatmulPrecision("bf16_3x", passes=3, mantissa_bits=7, bits=16,
-                         words="in 3 bf16 passes (TPU precision HIGH)")
-BF16_6 = MatmulPrecision("bf16_6x", passes=6, mantissa_bits=7, bits=24,
-                         words="in 6 bf16 passes (TPU precision HIGHEST)")
-TF32 = MatmulPrecision("tf32", mantissa_bits=10, bits=11, words="on TensorFloat-32 operands (GPU TF32)")
+BF16_1 = MatmulPrecision("bf16", pieces=1, mantissa_bits=7, bits=8)
+BF16_3 = MatmulPrecision("bf16_3x", pieces=2, mantissa_bits=7, bits=16, partial=((1, 0), (0, 1)))
+BF16_6 = MatmulPrecision("bf16_6x", pieces=3, mantissa_bits=7, bits=24,
+                         partial=((1, 1), (0, 2), (2, 0), (0, 1), (1, 0)))
+TF32 = MatmulPrecision("tf32", pieces=1, mantissa_bits=10, bits=11)
 
-_FIXED = {"xla-cpu": F32, "tpu-default": BF16_1, "tpu-high": BF16_3, "tpu-highest": BF16_6, "gpu-tf32": TF32}
-_NAME_OF = {v: k for k, v in _FIXED.items()}
-# What a dot's precision_config means on each device family.
-_BY_CONFIG = {"tpu": {"DEFAULT": BF16_1, "HIGH": BF16_3, "HIGHEST": BF16_6},
-              "gpu": {"DEFAULT": TF32, "HIGH": TF32, "HIGHEST": F32},
-              "cpu": {"DEFAULT": F32, "HIGH": F32, "HIGHEST": F32}}
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One device rule: ``name`` (what ``rules=`` and ``--rules`` take), ``device`` and ``how``
+    (a report's words: "<device> computes f32 dots and convolutions <how>"), ``help`` (its line of
+    the CLI's ``--rules`` help), ``precision`` (the arithmetic), ``highest`` (what
+    ``set_mat_mul_precision('highest')`` does on that device, for the lead sentence's advice;
+    None: it already is the highest), ``auto`` (the (device family, precision_config) pairs that
+    ``rules="auto"`` reads as this rule) and ``algorithms`` (the explicit dot algorithms, as
+    (operand type, primitive operations), that compute this way)."""
+
+    name: str
+    device: str
+    how: str
+    help: str
+    precision: MatmulPrecision
+    highest: str | None = None
+    auto: tuple[tuple[str, str], ...] = ()
+    algorithms: tuple[tuple[str, int], ...] = ()
+
+
+# The registry: everything about a rule is its entry here.
+REGISTRY: tuple[Rule, ...] = (
+    Rule("xla-cpu", "XLA:CPU", "in f32", "XLA:CPU's own: f32 dots in f32 (whatever their precision_config asks)",
+         F32, auto=(("cpu", "DEFAULT"), ("cpu", "HIGH"), ("cpu", "HIGHEST"), ("gpu", "HIGHEST")),
+         algorithms=(("f32", 1),)),
+    Rule("tpu-default", "the TPU", "on bf16 operands in one pass (precision DEFAULT)",
+         "a TPU at precision DEFAULT: bf16 operands, one pass", BF16_1, highest="in 6 bf16 passes",
+         auto=(("tpu", "DEFAULT"),), algorithms=(("bf16", 1),)),
+    Rule("tpu-high", "the TPU", "in 3 bf16 passes (precision HIGH, about 16 bits)",
+         "a TPU at precision HIGH: 3 bf16 passes", BF16_3, highest="in 6 bf16 passes",
+         auto=(("tpu", "HIGH"),), algorithms=(("bf16", 3),)),
+    Rule("tpu-highest", "the TPU", "in 6 bf16 passes (precision HIGHEST, about f32's 24 bits)",
+         "a TPU at precision HIGHEST: 6 bf16 passes", BF16_6, auto=(("tpu", "HIGHEST"),),
+         algorithms=(("bf16", 6),)),
+    Rule("gpu-tf32", "the GPU", "on TensorFloat-32 operands (10 mantissa bits)",
+         "XLA:GPU (Ampere and newer) at precision DEFAULT or HIGH: TensorFloat-32 operands", TF32,
+         highest="in f32", auto=(("gpu", "DEFAULT"), ("gpu", "HIGH")), algorithms=(("tf32", 1),)),
+)
+# What ``rules=`` takes (``parity.RULES``): every registered rule, and "auto".
+NAMES = tuple(r.name for r in REGISTRY) + (AUTO,)
+# Which device family a device type belongs to, for ``auto``; anything else is read as a CPU.
+_FAMILIES = {"TPU": "tpu", "CUDA": "gpu", "GPU": "gpu", "ROCM": "gpu"}
 _ORDER = ("DEFAULT", "HIGH", "HIGHEST", "algorithm")
+# What a capture made before captures named their device says it ran on.
+UNKNOWN_DEVICE = "unknown"
+
+
+def by_name(name: str) -> Rule | None:
+    """The registered rule called ``name`` (None for "auto" and "per dot: ..." rules)."""
+    return next((r for r in REGISTRY if r.name == name), None)
+
+
+def _names() -> tuple[str, ...]:
+    return tuple(r.name for r in REGISTRY) + (AUTO,)
+
+
+def _read_as(family: str, config: str) -> Rule:
+    """The rule ``rules="auto"`` reads a dot's ``precision_config`` as on a device of ``family``."""
+    return next(r for r in REGISTRY if (family, config) in r.auto)
+
+
+def cli_help() -> str:
+    """The CLI's ``--rules`` help, from the registry."""
+    listed = "; ".join(f"{r.name}: {r.help}" for r in REGISTRY)
+    return (f"the device precision rules the rounded replay applies to f32 dots and convolutions: {AUTO} (default: "
+            f"each dot's precision_config on the device the run or the capture used); {listed}")
 
 
 @dataclasses.dataclass(frozen=True)
 class Rules:
-    """The rules a rounded replay applies: ``name`` ("xla-cpu", "tpu-default", ..., or "per dot:
-    ..." when ``auto`` read different precisions from different dots), ``source`` ("given", or
-    what they were read from), the one ``precision`` every f32 matmul gets, or ``family`` to read
-    each dot's own ``precision_config`` with."""
+    """The rules a rounded replay applies: ``name`` (a registered rule's, or "per dot: ..." when
+    ``auto`` read different precisions from different dots), ``source`` ("given", or what they
+    were read from), the one ``precision`` every f32 matmul gets, or ``family`` to read each dot's
+    own ``precision_config`` with."""
 
     name: str
     source: str = "given"
@@ -94,7 +172,7 @@ class Rules:
         """The precision of one f32 dot or convolution (an MLIR op; None for fixed rules)."""
         if self.precision is not None:
             return self.precision
-        return _precision(op, self.family)
+        return _rule_of(op, self.family).precision
 
     @property
     def rounds_matmuls(self) -> bool:
@@ -108,7 +186,8 @@ XLA_CPU = Rules("xla-cpu")
 def resolve(spec: Any, program: Any = None, device: str | None = None) -> Rules:
     """The rules ``spec`` names (one of ``NAMES``, or a :class:`Rules`). ``auto`` reads them from
     the program's dots (their ``precision_config``, or an explicit ``algorithm``) and the device
-    the program ran on ("TPU", "CUDA"/"GPU", "CPU"): it needs both.
+    the program ran on ("TPU", "CUDA"/"GPU", "CPU"): it needs the device; a capture that does
+    not name it ("unknown") gets XLA:CPU's rules, and the source says why.
 
     Example:
         >>> resolve("auto", None, "CPU").name
@@ -116,15 +195,18 @@ def resolve(spec: Any, program: Any = None, device: str | None = None) -> Rules:
     """
     if isinstance(spec, Rules):
         return spec
+    names = _names()
     if not isinstance(spec, str):
-        raise ParityTypeError(f"rules: expected one of {', '.join(NAMES)}, got {type(spec).__name__}")
-    if spec not in NAMES:
-        raise ParityError(f"rules: expected one of {', '.join(NAMES)}, got {spec!r}")
-    if spec != "auto":
-        return Rules(spec, "given", _FIXED[spec])
+        raise ParityTypeError(f"rules: expected one of {', '.join(names)}, got {type(spec).__name__}")
+    if spec not in names:
+        raise ParityError(f"rules: expected one of {', '.join(names)}, got {spec!r}")
+    if spec != AUTO:
+        return Rules(spec, "given", by_name(spec).precision)
     if not device or device == "unselected":
         raise ParityError("rules='auto': needs the device the program ran on (a capture's, or the XLA run's)")
-    family = _family(device)
+    if device == UNKNOWN_DEVICE:
+        return Rules("xla-cpu", "auto, but the capture does not name the device it ran on: XLA:CPU's rules", F32)
+    family = _FAMILIES.get(device.split(":")[0].upper(), "cpu")
     if family == "cpu":
         return Rules("xla-cpu", f"read from the device ({device}): XLA:CPU computes f32 dots in f32 whatever "
                                 f"their precision_config says", F32)
@@ -133,25 +215,16 @@ def resolve(spec: Any, program: Any = None, device: str | None = None) -> Rules:
     ops = matmul_ops(program)
     with program.context:
         configs = Counter(_config(op) for op in ops)
-        precisions = Counter(_precision(op, family) for op in ops)
+        found = Counter(_rule_of(op, family).name for op in ops)
     read = ", ".join(f"{c} on {n}" for c, n in sorted(configs.items(), key=lambda kv: _ORDER.index(kv[0])))
     source = (f"read from the program's precision_config ({read} f32 dot(s) and convolution(s)) and the device "
               f"({device})" if configs else f"read from the device ({device}); the program has no f32 dot or "
                                             f"convolution")
-    if len(precisions) <= 1:
-        only = next(iter(precisions), _BY_CONFIG[family]["DEFAULT"])
-        return Rules(_NAME_OF.get(only, "xla-cpu") if only != F32 else "xla-cpu", source, only)
-    by_name = ", ".join(f"{_NAME_OF[p]} on {n}" for p, n in precisions.most_common())
-    return Rules(f"per dot: {by_name}", source, None, family)
-
-
-def _family(device: str) -> str:
-    kind = device.split(":")[0].upper()
-    if kind.startswith("TPU"):
-        return "tpu"
-    if kind in ("CUDA", "GPU", "ROCM"):
-        return "gpu"
-    return "cpu"
+    if len(found) <= 1:
+        only = by_name(next(iter(found))) if found else _read_as(family, "DEFAULT")
+        return Rules(only.name, source, only.precision)
+    by_rule = ", ".join(f"{name} on {n}" for name, n in found.most_common())
+    return Rules(f"per dot: {by_rule}", source, None, family)
 
 
 def matmul_ops(program: Any) -> list[Any]:
@@ -167,16 +240,19 @@ def is_f32_matmul(op: Any) -> bool:
     return all(str(ir.RankedTensorType(v.type).element_type) == "f32" for v in op.operands[:2])
 
 
-def _precision(op: Any, family: str) -> MatmulPrecision:
-    """One dot's precision on a device of ``family``: its explicit ``algorithm`` when it has one
-    (bf16 operands in 1, 3 or 6 passes, TF32 or f32), else what its precision_config means there."""
+def _rule_of(op: Any, family: str) -> Rule:
+    """The rule one dot follows on a device of ``family``: its explicit ``algorithm`` when it has
+    one (the registered rule of that operand type and pass count, else the one of that operand
+    type with the most passes; f32 when none), else what its precision_config means there."""
     if op is not None and "algorithm" in op.attributes:
         algorithm = stablehlo.DotAlgorithm(op.attributes["algorithm"])
-        operands = str(algorithm.lhs_precision_type)
-        if operands == "bf16":
-            return {1: BF16_1, 3: BF16_3}.get(algorithm.num_primitive_operations, BF16_6)
-        return TF32 if operands == "tf32" else F32
-    return _BY_CONFIG[family][_config(op)]
+        key = (str(algorithm.lhs_precision_type), int(algorithm.num_primitive_operations))
+        exact = next((r for r in REGISTRY if key in r.algorithms), None)
+        if exact is not None:
+            return exact
+        same_type = [r for r in REGISTRY for t, _ in r.algorithms if t == key[0]]
+        return max(same_type, key=lambda r: r.precision.passes, default=by_name("xla-cpu"))
+    return _read_as(family, _config(op))
 
 
 def _config(op: Any) -> str:

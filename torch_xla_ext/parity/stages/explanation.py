@@ -37,11 +37,27 @@ def finished(report: ParityReport) -> ParityReport:
     return dataclasses.replace(report, document=sections.document(report))
 
 
+def _seconds(record: RunRecord) -> dict[str, float]:
+    """Each stage's seconds (the runner's), the replays' steps (converting, compiling and running
+    each replay) right after the replays' own."""
+    steps = record.replayed.seconds if record.replayed is not None else {}
+    out: dict[str, float] = {}
+    for key, value in record.seconds.items():
+        out[key] = value
+        if key == "replays":
+            out.update(steps)
+    for key, value in steps.items():  # a step outside the replays' stage (the f64 confirmation)
+        out.setdefault(key, value)
+    if "total" in out:
+        out["total"] = out.pop("total")
+    return out
+
+
 def unfinished(record: RunRecord) -> ParityReport:
     """The report's figures and explanation, without its document (a caller that adds to the
     report, such as scan_layers' layers, finishes it)."""
     r = record.request
-    base = dict(dtype=r.dtype_name, rtol=r.rtol, atol=r.atol, seconds=dict(record.seconds),
+    base = dict(dtype=r.dtype_name, rtol=r.rtol, atol=r.atol, seconds=_seconds(record),
                 device=record.device or _device.current())
     if record.failure is not None:
         f = record.failure

@@ -37,11 +37,12 @@ def plain_golden(record: RunRecord) -> None:
     """The golden as one plain fp64 CPU run of the reference (without localisation, or when the
     localisation's shadows failed)."""
     r = record.request
-    record.golden, record.seconds["golden"] = run_cpu(r.reference, r.inputs, r.kwargs, torch.float64, r.seed,
-                                                      via=r.dtype, stage="fp64 golden")
+    record.golden, _ = run_cpu(r.reference, r.inputs, r.kwargs, torch.float64, r.seed, via=r.dtype,
+                               stage="fp64 golden")
 
 
-PLAIN = Stage("fp64 golden", plain_golden, release="trim")
+PLAIN = Stage("fp64 golden", plain_golden, reads=("request",), writes=("golden",), seconds="golden",
+              release="trim")
 
 
 def widened_class(dtype: Any = None):

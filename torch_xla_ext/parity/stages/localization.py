@@ -40,7 +40,6 @@ Example:
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import torch
@@ -56,12 +55,12 @@ from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.program.rules import XLA_CPU, Rules, resolve
 from torch_xla_ext.parity.record import ModulePass, RunRecord
 from torch_xla_ext.parity.report import ModuleParity
-from torch_xla_ext.parity.stages import xla_run
 from torch_xla_ext.parity.stages.golden import GoldenWeights, plain_golden
 from torch_xla_ext.parity.user_code import UserFailure, call, user_rng_preserved
 from torch_xla_ext.parity.widening import default_dtype, narrowing, widened
 
-__all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "STAGE", "divergence", "divergence_factor", "module_pass", "rms_error"]
+__all__ = ["DIVERGENCE_FACTORS", "FLOOR_ULPS", "OF_CAPTURE", "STAGE", "divergence", "divergence_factor", "module_pass",
+           "rms_error"]
 
 # The rule: own error (RMS) > factor x rounding level, the rounding level being CPU eager's RMS
 # error for the same module on the same inputs, at least FLOOR_ULPS units of roundoff
@@ -222,7 +221,6 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
                    and (c.path, c.call) in xla_calls and _same_values(xla_calls[(c.path, c.call)].inputs, c.inputs)}
     if eager is not None:
         eager.clear()
-    t0 = time.perf_counter()
     found: dict[tuple[str, int], dict[str, float]] = {}
 
     with user_rng_preserved():
@@ -311,28 +309,20 @@ def module_pass(cap: Capture, reference: Any, inputs: tuple, kwargs: dict, seed:
                                     e["scale"], ratio > factor, cpu_rounding=e["rounding"], threshold=factor))
     first = next((m for m in modules if m.diverges), None)
     golden_leaves = [(p, t.detach()) for p, t in float_leaves(golden_out, "the reference")]
-    return ModulePass(tuple(modules), first, golden_leaves, time.perf_counter() - t0, FLOOR_ULPS)
+    return ModulePass(tuple(modules), first, golden_leaves, FLOOR_ULPS)
 
 
-
-
-def _module_pass(record: RunRecord) -> None:
+def _module_pass(record: RunRecord, ours: bool) -> None:
     """The localisation stage: the module pass over the run's capture; its golden is the run's.
     A shadow that fails (a module that cannot run alone) leaves the verdict and says there is no
-    localisation; the golden itself failing is the EXCEPTION verdict."""
+    localisation; the golden itself failing is the EXCEPTION verdict. ``ours``: the capture is
+    verify's own, whose tensors are dropped as they are compared, and the capture after."""
     r = record.request
     rules = record.replayed.rules if record.replayed is not None else resolve(r.rules, None, record.device)
-    ours = record.xla is not None  # verify's own capture: its tensors are dropped once compared
-    if record.capture is None:  # the rounded replay does not reproduce the run: a hooked XLA run does
-        t0 = time.perf_counter()
-        record.capture = xla_run.capture(r.fn, r.inputs, r.kwargs, r.dtype, r.seed)
-        record.seconds["XLA capture"] = time.perf_counter() - t0
-        record.capture.info["source"] = "a second XLA run (the rounded replay does not reproduce the run)"
     try:
         found = module_pass(record.capture, r.reference, r.inputs, r.kwargs, r.seed, consume=ours,
                             eager=record.cpu_calls, rules=rules)
         record.modules, record.golden = found, found.golden
-        record.seconds["compare modules"] = found.seconds
     except UserFailure as f:
         if f.stage == "fp64 golden":
             raise
@@ -344,4 +334,9 @@ def _module_pass(record: RunRecord) -> None:
         record.capture = None
 
 
-STAGE = Stage("localisation", _module_pass, release="trim")
+_DECLARED = dict(reads=("request", "capture", "device"), optional=("cpu_calls", "replayed"),
+              writes=("modules", "golden", "notes"), seconds="compare modules", release="trim")
+# verify's: its own capture, consumed as it is compared.
+STAGE = Stage("localisation", lambda record: _module_pass(record, ours=True), drops=("cpu_calls", "capture"), **_DECLARED)
+# compare_capture's: the loaded capture, whose outputs the comparison reads after.
+OF_CAPTURE = Stage("localisation", lambda record: _module_pass(record, ours=False), drops=("cpu_calls",), **_DECLARED)

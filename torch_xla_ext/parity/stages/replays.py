@@ -8,8 +8,8 @@ what torch_xla's own does. The rounded replay runs the program with the run's re
 tensors as extra results, cut at the blocks' boundaries so repeated blocks compile once
 (:mod:`..program.segments`); where it reproduces the run within the bound evaluation order allows
 (:func:`~torch_xla_ext.parity.causes.replay_bound`), its module tensors are the localisation's
-capture (otherwise the localisation's stage runs a second, hooked XLA run for them). Under another device's rules that
-change f32 matmuls, a third replay with XLA:CPU's own rules tells the device's matmul precision
+capture (otherwise a second, hooked XLA run computes them: :data:`.capture.SECOND_RUN`). Under
+another device's rules that change f32 matmuls, a third replay with XLA:CPU's own rules tells the device's matmul precision
 from other causes.
 
 An unrounded replay in f32 (a program that rounds to bf16/f16) that finds an output off the
@@ -18,21 +18,21 @@ golden exists).
 
 Example:
     >>> import ml_dtypes, numpy as np
-    >>> from torch_xla_ext.parity.record import ProgramRun
     >>> text = '''func.func @main(%x: tensor<2xbf16>) -> tensor<2xbf16> {
     ...   %0 = stablehlo.multiply %x, %x : tensor<2xbf16>
     ...   return %0 : tensor<2xbf16>
     ... }'''
-    >>> program, rounded, exact, xla_cpu, seconds = compile_replays(Program(text))
-    >>> rounded([np.array([1.0078125, 3.0], ml_dtypes.bfloat16)])[0].tolist()
+    >>> compiled = compile_replays(Program(text))
+    >>> compiled.rounded([np.array([1.0078125, 3.0], ml_dtypes.bfloat16)])[0].tolist()
     [1.015625, 9.0]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -42,19 +42,30 @@ from torch_xla_ext.parity.causes import output_parity, replay_figures
 from torch_xla_ext.parity.errors import CaptureError, ReplayError
 from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.program.replay import Replay, unrounded_precision
-from torch_xla_ext.parity.program.rules import resolve
+from torch_xla_ext.parity.program.rules import Rules, resolve
 from torch_xla_ext.parity.program.stablehlo import Program
-from torch_xla_ext.parity.record import ProgramRun, Replayed, RunRecord
+from torch_xla_ext.parity.record import Outputs, ProgramRun, Replayed, RunRecord
 
-__all__ = ["COMPARE", "OF_CAPTURE", "STAGE", "compare_outputs", "compile_replays", "replay_program", "reproduces",
+__all__ = ["COMPARE", "STAGE", "Compiled", "compare_outputs", "compile_replays", "replay_program", "reproduces",
            "start_early"]
 
 
+@dataclasses.dataclass
+class Compiled:
+    """A program's replays, compiled: the rounded one (under the rules), the unrounded one, the
+    rounded one under XLA:CPU's own rules when the rules changed a matmul (else None), and the
+    seconds converting and compiling took."""
+
+    program: Program
+    rounded: Replay
+    exact: Replay
+    xla_cpu: Replay | None
+    seconds: dict[str, float]
+
+
 def compile_replays(program: Program, unrounded: str = "auto", capture_program: Program | None = None,
-                    cuts: Sequence[int] = (), rules: Any = "xla-cpu",
-                    device: str | None = None) -> tuple[Program, Replay, Replay, Replay | None, dict[str, float]]:
-    """(program, rounded replay, unrounded replay, XLA:CPU rounded replay or None, seconds).
-    ``unrounded``: the unrounded replay's float, "f64", "f32", or "auto"
+                    cuts: Sequence[int] = (), rules: str | Rules = "xla-cpu", device: str | None = None) -> Compiled:
+    """The replays of ``program``, compiled. ``unrounded``: the unrounded replay's float, "f64", "f32", or "auto"
     (:func:`~torch_xla_ext.parity.program.replay.unrounded_precision`). ``capture_program``: the
     program's outputs followed by the run's module tensors, which the rounded replay then runs
     instead, cut at the module tensors ``cuts`` (indices among them). ``rules`` (resolved against
@@ -76,20 +87,15 @@ def compile_replays(program: Program, unrounded: str = "auto", capture_program: 
     seconds["compile exact replay"] = exact.seconds["compile"]
     if xla_cpu is not None:
         seconds["compile XLA:CPU rounded replay"] = xla_cpu.seconds["compile"]
-    return program, rounded, exact, xla_cpu, seconds
+    return Compiled(program, rounded, exact, xla_cpu, seconds)
 
 
-def _programs(run: ProgramRun) -> tuple[Program, Program | None, float]:
+def _compile(run: ProgramRun, cuts: Sequence[int], rules: str | Rules, device: str | None) -> Compiled:
     t0 = time.perf_counter()
-    program = Program.from_hlo_proto(run.proto)
-    capture = Program.from_hlo_proto(run.capture_proto) if run.capture_proto is not None else None
-    return program, capture, time.perf_counter() - t0
-
-
-def _compile(run: ProgramRun, cuts: Sequence[int], rules: Any, device: str) -> tuple:
-    program, capture, convert = _programs(run)
+    program, capture = run.programs()
+    convert = time.perf_counter() - t0
     compiled = compile_replays(program, "auto", capture, cuts, rules, device)
-    compiled[-1]["program"] = convert
+    compiled.seconds["program"] = convert
     return compiled
 
 
@@ -99,22 +105,24 @@ def start_early(record: RunRecord, run: ProgramRun, cuts: Sequence[int]) -> None
     record.early.start(_compile, run, list(cuts), record.request.rules, _device.current())
 
 
-def replay_program(run: ProgramRun, compiled: tuple | None, n_outputs: int, shapes: Sequence[tuple[int, ...]],
-            keep_args: bool, rules: Any, device: str) -> Replayed:
+def replay_program(run: ProgramRun | None, compiled: Compiled | None, n_outputs: int,
+                   shapes: Sequence[tuple[int, ...]], keep_args: bool, rules: str | Rules, device: str | None) -> Replayed:
     """The program of ``run`` replayed rounded and unrounded (``compiled``: already compiled by
     :func:`start_early`, else compiled here). Without ``keep_args``, the run's arguments are
     released during an f64 replay (its copies of them replace them): at real sizes these are the
     weights; an f32 replay keeps them, so :data:`COMPARE` can confirm in f64. With a
     ``capture_proto``, the rounded replay runs that program and its results after the outputs
-    are ``captured``."""
+    are ``captured``. Inside, the rounded replay's executable is freed (and the heap trimmed) before
+    the unrounded replay makes its copies of the arguments: one stage, two replays in turn."""
     seconds: dict[str, float] = {}
     if run is None or run.proto is None:
         return Replayed(None, None, None, f"unavailable: {run.error if run is not None else 'no program'}", seconds)
     try:
-        program, rounded_replay, exact_replay, xla_cpu_replay, compile_seconds = (
-            compiled or _compile(run, (), rules, device))
+        compiled = compiled or _compile(run, (), rules, device)
+        program, rounded_replay, exact_replay, xla_cpu_replay = (compiled.program, compiled.rounded, compiled.exact,
+                                                                 compiled.xla_cpu)
+        seconds.update(compiled.seconds)
         del compiled
-        seconds.update(compile_seconds)
         precision, resolved, applied = exact_replay.precision, rounded_replay.rules, rounded_replay.applied
         with_capture = run.capture_proto is not None
         rounded = rounded_replay(run.capture_args if with_capture else run.args, consume=with_capture)
@@ -143,7 +151,7 @@ def replay_program(run: ProgramRun, compiled: tuple | None, n_outputs: int, shap
     return Replayed(program, rounded, exact, "ok", seconds, precision, captured, resolved, applied, xla_cpu)
 
 
-def reproduces(outputs: Sequence[tuple[str, Any]], replayed: Replayed) -> bool:
+def reproduces(outputs: Outputs, replayed: Replayed) -> bool:
     """Whether the rounded replay reproduces the run's ``outputs`` within the bound on every one
     (then its values of the run's module tensors are the run's own, up to that bound)."""
     if replayed.rounded is None or len(replayed.rounded) != len(outputs):
@@ -154,14 +162,15 @@ def reproduces(outputs: Sequence[tuple[str, Any]], replayed: Replayed) -> bool:
 
 
 def _replays(record: RunRecord) -> None:
+    """The replays stage: the run's program (the XLA run's, compiling since the run began, or a
+    capture's) replayed; with localize, the run's module tensors taken from the rounded replay
+    when it reproduces the run."""
     r = record.request
-    t0 = time.perf_counter()
     outputs = record.xla.outputs
     replayed = replay_program(record.xla.program, record.early.take(), len(outputs),
                               [tuple(t.shape) for _, t in outputs], keep_args=r.explorer_dir is not None,
                               rules=r.rules, device=record.device)
     record.replayed = replayed
-    record.seconds.update(replayed.seconds)
     if record.recorder is not None:  # localize: the module tensors, when the replay reproduces the run
         captured, replayed.captured = replayed.captured, None
         record.capture = record.recorder.replayed(captured if reproduces(outputs, replayed) else None, outputs,
@@ -170,20 +179,6 @@ def _replays(record: RunRecord) -> None:
         record.recorder = None
         if record.capture is not None:
             record.capture.info["source"] = "the rounded replay (it reproduces the run's outputs within the bound)"
-    record.seconds["replays"] = time.perf_counter() - t0
-
-
-def _of_capture(record: RunRecord) -> None:
-    """A capture's own program replayed (a capture made on a device, compared on a CPU host)."""
-    cap = record.capture
-    t0 = time.perf_counter()
-    outputs = list(cap.outputs.items())
-    run = ProgramRun(cap.program, list(cap.program_args)) if cap.program is not None else ProgramRun(
-        None, None, "the capture holds no program (made before captures kept one)")
-    record.replayed = replay_program(run, None, len(outputs), [tuple(t.shape) for _, t in outputs],
-                                     keep_args=False, rules=record.request.rules, device=cap.device_type)
-    record.seconds.update(record.replayed.seconds)
-    record.seconds["replays"] = time.perf_counter() - t0
 
 
 def compare_outputs(record: RunRecord) -> None:
@@ -194,25 +189,22 @@ def compare_outputs(record: RunRecord) -> None:
     replayed = record.replayed
     if replayed is None or replayed.precision != "f32" or all(o.same_math is not False for o in record.outputs):
         return
-    t0 = time.perf_counter()
     try:
         exact = Replay(replayed.program, rounded=False, precision="f64")
-        record.seconds["compile exact f64 replay"] = exact.seconds["compile"]
-        args = record.xla.program.args if record.xla is not None else list(record.capture.program_args)
-        replayed.exact = exact(args, consume=record.request.explorer_dir is None)
-        record.seconds["run exact f64 replay"] = exact.seconds["run"]
+        replayed.seconds["compile exact f64 replay"] = exact.seconds["compile"]
+        replayed.exact = exact(record.xla.program.args, consume=record.request.explorer_dir is None)
+        replayed.seconds["run exact f64 replay"] = exact.seconds["run"]
         replayed.precision = "f64"
     except ReplayError as e:
         replayed.status, replayed.rounded, replayed.exact = f"unavailable: {e}", None, None
-    record.seconds["replays"] = record.seconds.get("replays", 0.0) + time.perf_counter() - t0
     record.outputs = _compared(record)
 
 
 def _compared(record: RunRecord) -> list:
     replayed, tol = record.replayed, record.request.tol
     ran = replayed is not None and replayed.rounded is not None
-    run = dict(record.run_outputs)
-    index = {p: i for i, (p, _) in enumerate(record.run_outputs)}  # the program's results' order
+    run = dict(record.xla.outputs)
+    index = {p: i for i, (p, _) in enumerate(record.xla.outputs)}  # the program's results' order
     golden = dict(record.golden)
     n = replayed.program.longest_reduction if ran else 1
     out = []
@@ -226,6 +218,7 @@ def _compared(record: RunRecord) -> list:
     return out
 
 
-STAGE = Stage("replays", _replays, release="collect")
-OF_CAPTURE = Stage("replays of the capture's program", _of_capture, release="collect")
-COMPARE = Stage("outputs compared", compare_outputs)
+STAGE = Stage("replays", _replays, reads=("request", "xla", "device"), optional=("recorder",),
+              writes=("replayed", "capture"), drops=("recorder",), seconds="replays", release="collect")
+COMPARE = Stage("outputs compared", compare_outputs, reads=("request", "cpu", "golden", "xla"), optional=("replayed",),
+                writes=("outputs", "replayed"))

@@ -17,28 +17,31 @@ Example:
     >>> run = run_xla(torch.nn.Linear(2, 2), (torch.ones(1, 2),), {}, torch.bfloat16, 0, capture_hlo=True)
     >>> [p for p, _ in run.outputs], run.program.proto is not None
     ([''], True)
+
+torch_xla's own modules (``torch_xla``, and ``_compat.hlo``, which imports it) are imported inside
+the functions that run on XLA: importing parity, and comparing a capture on a CPU host, need torch
+alone.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import torch
 
 from torch_xla_ext import _device
 from torch_xla_ext._compat import hlo_debug as _hlo_debug
-from torch_xla_ext.parity import capturing, memory
+from torch_xla_ext.parity import capturing
 from torch_xla_ext.parity.captures import Capture
 from torch_xla_ext.parity.casts import cast_on_cpu, move, prepare, to_numpy
 from torch_xla_ext.parity.errors import HloCaptureError, ParityError
 from torch_xla_ext.parity.leaves import float_leaves
-from torch_xla_ext.parity.pipeline import Stage
+from torch_xla_ext.parity.pipeline import END, Outcome, Stage
 from torch_xla_ext.parity.program.replay import LazyArgs
 from torch_xla_ext.parity.record import ProgramRun, RunRecord, XlaRun
 from torch_xla_ext.parity.user_code import UserFailure, call
 
-__all__ = ["SAME_SHAPES", "capture", "run_xla", "stage"]
+__all__ = ["SAME_SHAPES", "capture", "program_of", "run_xla", "stage"]
 
 
 class _Recast:
@@ -62,16 +65,12 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     the prepared model (:func:`~torch_xla_ext.parity.user_code.call`, or a recorder). ``replayed``:
     a recorder whose tensors are not computed by this run but go into the program's
     ``capture_proto`` for the rounded replay (``device_values``, ``cuts``, ``release``)."""
-    # Deferred, as everything that imports torch_xla: a capture's comparison on a CPU host never does.
-    import torch_xla
+    import torch_xla  # torch_xla: only where the run is on XLA (the module docstring)
     import torch_xla.core.xla_model as xm
-
-    from torch_xla_ext._compat import hlo as _hlo  # imports torch_xla
 
     device = torch_xla.device() if device is None else device
     torch.manual_seed(seed)
     xm.set_rng_state(seed)
-    t0 = time.perf_counter()
     with torch.no_grad():
         pairs: list = []
         model = prepare(fn, device, dtype, made=pairs)
@@ -84,12 +83,12 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
         # Before sync: afterwards the outputs are device data and the graph is gone.
         tensors = [t for _, t in leaves]
         try:
-            proto, module_paths = _hlo_debug.split_metadata(_hlo.lowered_hlo_proto(tensors))
-            program = ProgramRun(proto, _graph_args(tensors, pairs, dtype))
+            program, module_paths = program_of(tensors, pairs, dtype)
             extra = replayed.device_values(device) if replayed is not None else []
             if extra:
-                program.capture_proto, _ = _hlo_debug.split_metadata(_hlo.lowered_hlo_proto(tensors + extra))
-                program.capture_args = _graph_args(tensors + extra, pairs, dtype)
+                with_extra, _ = program_of(tensors + extra, pairs, dtype)
+                program.capture_proto, program.capture_args = with_extra.proto, with_extra.args
+                del with_extra
             del extra
         except (RuntimeError, ValueError) as e:  # torch_xla's own error types
             program = ProgramRun(None, None, str(HloCaptureError(
@@ -104,7 +103,7 @@ def run_xla(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_h
     except RuntimeError as e:  # torch_xla failed to execute the user's program
         raise UserFailure(stage, e) from e
     del pairs, model
-    return XlaRun(outputs, program, time.perf_counter() - t0, module_paths)
+    return XlaRun(outputs, program, module_paths)
 
 
 def capture(model: Any, inputs: tuple, kwargs: dict, dtype: Any, seed: int, device: Any = None, *,
@@ -122,30 +121,34 @@ def capture(model: Any, inputs: tuple, kwargs: dict, dtype: Any, seed: int, devi
         else:
             cap.info["program"] = run.program.error
     del run
-    memory.release("collect")  # the device model and buffers, before the caller's next stage
     return cap
 
 
-def _graph_args(tensors: list, pairs: list, dtype: Any) -> LazyArgs:
-    """The arguments of the program of ``tensors`` (the device data it reads), in its order. The
-    model's weights are made again for the replays from the user's model; copying them back now
-    would hold a copy through torch_xla's compile and execution (the run's peak at real sizes).
-    Anything else is copied now: the run may donate its buffer."""
-    from torch_xla_ext._compat import hlo as _hlo  # deferred with torch_xla (run_xla's reason)
+def program_of(tensors: list, pairs: list, dtype: Any) -> tuple[ProgramRun, dict[str, str] | None]:
+    """The program of the pending XLA ``tensors`` (taken before torch_xla runs it) and its
+    arguments, and the HLO instruction -> module path table of its op metadata (None without).
+    The arguments of the program (the device data it reads), in its order: the model's weights
+    (``pairs``: (device tensor, the user's tensor), as ``casts.prepare`` made them) are made
+    again for the replays from the user's model; copying them back now would hold a copy through
+    torch_xla's compile and execution (the run's peak at real sizes). Anything else is copied
+    now: the run may donate its buffer. torch_xla's own errors (RuntimeError, ValueError) raise."""
+    from torch_xla_ext._compat import hlo as _hlo  # imports torch_xla (the module docstring)
 
+    proto, module_paths = _hlo_debug.split_metadata(_hlo.lowered_hlo_proto(tensors))
     origin = {_hlo.tensor_id(c): (c, o) for c, o in pairs}
     items = []
     for i, t in zip(_hlo.graph_input_ids(tensors), _hlo.graph_inputs(tensors)):
         c, o = origin.get(i, (None, None))
         same = c is not None and c.dtype == t.dtype and tuple(c.shape) == tuple(t.shape)
         items.append(_Recast(o, dtype) if same else to_numpy(t.cpu()))
-    return LazyArgs(items)
+    return ProgramRun(proto, LazyArgs(items)), module_paths
 
 
 def stage(early: Callable[[RunRecord, ProgramRun, list[int]], None] | None = None, *, program: bool = True) -> Stage:
-    """The XLA run as a stage. With ``program`` its program is kept (the replays, Model Explorer);
-    ``early(record, program, cuts)`` (cuts: where the rounded replay may cut it) starts work on it before torch_xla runs it (the replays' compile).
-    The run's hooks: a ``capturing.Recorder`` of every module call with localize (its capture's
+    """The XLA run as a stage (torch_xla's: a frontend's one seam). With ``program`` its program
+    is kept (the replays, Model Explorer); ``early(record, program, cuts)`` (cuts: where the rounded
+    replay may cut it) starts work on it before torch_xla runs it (the replays' compile). The
+    run's hooks: a ``capturing.Recorder`` of every module call with localize (its capture's
     tensors come from the rounded replay when the replays run, else from this run), the blocks'
     boundaries alone (``capturing.BlockValues``: the rounded replay is cut there) without."""
 
@@ -157,16 +160,16 @@ def stage(early: Callable[[RunRecord, ProgramRun, list[int]], None] | None = Non
         record.xla = run_xla(r.fn, r.inputs, r.kwargs, r.dtype, r.seed, program, on_program,
                              run=recorder or call, replayed=replayed)
         record.device = _device.current()
-        record.seconds["xla"] = record.xla.seconds
         if r.localize and not r.emulate:  # the run's one execution computed the module tensors
             record.capture = recorder.capture(record.xla.outputs, r.dtype)
-        else:
-            record.recorder = recorder if r.localize else None
+        elif r.localize:
+            record.recorder = recorder
 
-    return Stage("XLA", run, release="collect")
+    return Stage("XLA", run, reads=("request",), writes=("xla", "device", "recorder", "capture"), seconds="xla",
+                 release="collect")
 
 
-def _same_shapes(record: RunRecord) -> None:
+def _same_shapes(record: RunRecord) -> Outcome | None:
     """The same floating-point outputs on both sides. Outputs of other shapes from the same
     function end the run (XLA computed something else: FAIL, nothing else compared); from a
     separate reference, they are the caller's mismatch (ParityError)."""
@@ -182,7 +185,8 @@ def _same_shapes(record: RunRecord) -> None:
         raise ParityError(f"output {path}: fn returns shape {on_xla} on XLA, the reference {on_cpu} on the CPU")
     if shapes:
         record.shapes_differ = shapes
-        record.done = True
+        return END
+    return None
 
 
-SAME_SHAPES = Stage("outputs' shapes", _same_shapes)
+SAME_SHAPES = Stage("outputs' shapes", _same_shapes, reads=("request", "xla", "cpu"), writes=("shapes_differ",))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch_xla_ext._dynamo_events import BridgeExtraction, FrameCompile
 from torch_xla_ext.trace.report.load import RankTrace
 from torch_xla_ext.trace.report.render import change_text
 
@@ -20,35 +21,33 @@ _THREADS = ("steps", "compiles", "dynamo")
 
 
 def events(traces: list[RankTrace]) -> dict[str, Any]:
-    wall0 = min(t.header["wall"] for t in traces)
+    wall0 = min(t.header.wall for t in traces)
     out: list[dict[str, Any]] = []
     for pid, t in enumerate(traces):
-        base = (t.header["wall"] - wall0) * 1e6  # µs
+        base = (t.header.wall - wall0) * 1e6  # µs
         out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": t.label}})
         for tid, name in enumerate(_THREADS):
             out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
         prev = 0.0
         for s in t.steps:
             ts = base + prev * 1e3
-            out.append({"ph": "X", "name": f"step {s['n']}", "cat": "step", "pid": pid, "tid": 0, "ts": round(ts, 3),
-                        "dur": max(round((s["t"] - prev) * 1e3, 3), 1.0),
-                        "args": {"marker": s["kind"], "site": t.site(s["site"]), "sync_ms": s["ms"],
-                                 "graphs": s["graphs"]}})
-            prev = s["t"]
+            out.append({"ph": "X", "name": f"step {s.n}", "cat": "step", "pid": pid, "tid": 0, "ts": round(ts, 3),
+                        "dur": max(round((s.t - prev) * 1e3, 3), 1.0),
+                        "args": {"marker": s.kind, "site": t.site(s.site), "sync_ms": s.ms, "graphs": s.graphs}})
+            prev = s.t
         for c in t.compiles:
-            ms = c.get("ms") or 0.0
-            out.append({"ph": "X", "name": f"compile {c['graph_hash'][:12]}", "cat": "compile", "pid": pid, "tid": 1,
-                        "ts": round(base + (c["t"] - ms) * 1e3, 3), "dur": max(round(ms * 1e3, 3), 1.0),
-                        "args": {"step": c["step"], "graph_hash": c["graph_hash"], "trigger": c["trigger"].get("kind"),
-                                 "site": c["trigger"].get("site"), "changed": [change_text(x) for x in c.get("changed", [])],
-                                 "advice": c.get("advice", "")}})
-        for d in t.dynamo:
-            if d["what"] not in ("frame", "bridge"):
-                continue
-            ms = d["data"].get("ms") or 0.0
-            name = f"[{d.get('compile_id')}] {d['data'].get('name', '')}" if d["what"] == "frame" else \
-                f"extract {d['data'].get('aot_name') or 'graph'}"
-            out.append({"ph": "X", "name": name, "cat": f"dynamo.{d['what']}", "pid": pid, "tid": 2,
-                        "ts": round(base + (d["t"] - ms) * 1e3, 3), "dur": max(round(ms * 1e3, 3), 1.0),
-                        "args": {"compile_id": d.get("compile_id")}})
+            ms = c.ms or 0.0
+            out.append({"ph": "X", "name": f"compile {c.graph_hash[:12]}", "cat": "compile", "pid": pid, "tid": 1,
+                        "ts": round(base + (c.t - ms) * 1e3, 3), "dur": max(round(ms * 1e3, 3), 1.0),
+                        "args": {"step": c.step, "graph_hash": c.graph_hash, "trigger": c.trigger.kind,
+                                 "site": c.trigger.site, "changed": [change_text(x) for x in c.changed],
+                                 "advice": c.advice}})
+        spans = [(f"[{f.compile_id}] {f.name}", "dynamo.frame", f.t, f.ms, f.compile_id) for f in t.of(FrameCompile)]
+        spans += [(f"extract {x.aot_name or 'graph'}", "dynamo.bridge", x.t, x.ms, x.compile_id)
+                  for x in t.of(BridgeExtraction)]
+        for name, cat, end, ms, cid in sorted(spans, key=lambda sp: sp[2]):
+            ms = ms or 0.0
+            out.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": 2,
+                        "ts": round(base + (end - ms) * 1e3, 3), "dur": max(round(ms * 1e3, 3), 1.0),
+                        "args": {"compile_id": cid if cid not in (None, "-") else None}})
     return {"traceEvents": out, "displayTimeUnit": "ms"}

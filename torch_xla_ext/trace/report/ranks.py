@@ -17,24 +17,27 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from torch_xla_ext.trace import frames as _frames
 from torch_xla_ext.trace import graphs as _graphs
 from torch_xla_ext.trace import snapshot as _snapshot
+from torch_xla_ext.trace.report.load import RankTrace
+from torch_xla_ext.trace.report.model import Divergence
+from torch_xla_ext.trace.schema import Compile
 
 __all__ = ["divergence", "first_divergent_step", "sequences"]
 
 
-def sequences(traces: list[Any]) -> dict[Any, dict[int, list[str]]]:
+def sequences(traces: list[RankTrace]) -> dict[Any, dict[int, list[str]]]:
     """rank -> step -> the step's sequence of graphs."""
     out: dict[Any, dict[int, list[str]]] = {}
     for t in traces:
-        key = t.rank if t.rank is not None else t.label
         per: dict[int, list[str]] = collections.defaultdict(list)
         for c in t.compiles:
-            per[c["step"]].append(f"c:{c['graph_hash']}")
+            per[c.step].append(f"c:{c.graph_hash}")
         for s in t.steps:
-            for kind, _sid, h in s.get("executions") or []:
-                per[s["n"]].append(f"x:{kind}:{h}")
-        out[key] = dict(per)
+            for kind, _sid, h in s.executions:
+                per[s.n].append(f"x:{kind}:{h}")
+        out[t.key] = dict(per)
     return out
 
 
@@ -65,84 +68,78 @@ def _order(r: Any) -> tuple[int, Any]:
     return (0, r) if isinstance(r, int) else (1, str(r))
 
 
-def divergence(traces: list[Any], compiles: list[dict[str, Any]]) -> dict[str, Any]:
+def divergence(traces: list[RankTrace]) -> Divergence:
     """Missing and early-stopped ranks, and the first divergent step with what differs."""
-    world = max((t.header.get("world_size") or 0 for t in traces), default=0)
+    world = max((t.header.world_size or 0 for t in traces), default=0)
     present = sorted({t.rank for t in traces if t.rank is not None})
     missing = sorted(set(range(world)) - set(present)) if world else []
-    last = {t.rank if t.rank is not None else t.label: (t.steps[-1]["n"] if t.steps else 0) for t in traces}
+    last = {t.key: t.last_step for t in traces}
     top = max(last.values(), default=0)
-    ended = {t.rank if t.rank is not None else t.label: t.end is not None for t in traces}
+    ended = {t.key: t.end is not None for t in traces}
     early = []
     for r, n in sorted(last.items(), key=lambda kv: _order(kv[0])):
         if n < top or (not ended[r] and any(ended.values())):
             early.append({"rank": r, "last_step": n, "ended": ended[r]})
     seq = sequences(traces)
     step, odd = first_divergent_step(seq)
-    out: dict[str, Any] = {"ranks": [t.rank for t in traces], "world_size": world or None, "missing_ranks": missing,
-                           "stopped_early": early, "first_step": step, "ranks_that_differ": odd, "details": [],
-                           "no_majority": False}
+    out = Divergence(ranks=[t.rank for t in traces], world_size=world or None, missing_ranks=missing,
+                     stopped_early=early, first_step=step, ranks_that_differ=odd, details=[])
     if step is not None:
         groups = collections.Counter(tuple(per.get(step, ())) for per in seq.values() if step in per)
         sizes = sorted(groups.values(), reverse=True)
-        out["no_majority"] = len(sizes) > 1 and sizes[0] == sizes[1]
-    if step is not None:
-        out["details"] = _details(traces, compiles, step, odd)
+        out.no_majority = len(sizes) > 1 and sizes[0] == sizes[1]
+        out.details = _details(traces, step, odd)
     return out
 
 
-def _details(traces: list[Any], compiles: list[dict[str, Any]], step: int, odd: list[Any]) -> list[dict[str, Any]]:
-    by_rank = {t.rank if t.rank is not None else t.label: t for t in traces}
+def _details(traces: list[RankTrace], step: int, odd: list[Any]) -> list[dict[str, Any]]:
+    by_rank = {t.key: t for t in traces}
     others = [r for r in by_rank if r not in odd]
     ref = by_rank[others[0]] if others else None
     rows = []
     for r in odd:
         t = by_rank[r]
-        mine = [c for c in t.compiles if c["step"] == step]
-        theirs = [c for c in ref.compiles if c["step"] == step] if ref is not None else []
+        mine = [c for c in t.compiles if c.step == step]
+        theirs = [c for c in ref.compiles if c.step == step] if ref is not None else []
         row: dict[str, Any] = {"rank": r, "reference_rank": ref.rank if ref is not None else None, "step": step}
-        row["compiles"] = [{"graph_hash": c["graph_hash"], "site": c["trigger"].get("site", ""),
-                            "kind": c["trigger"].get("kind", "")} for c in mine]
-        row["reference_compiles"] = [{"graph_hash": c["graph_hash"], "site": c["trigger"].get("site", ""),
-                                      "kind": c["trigger"].get("kind", "")} for c in theirs]
+        row["compiles"] = [{"graph_hash": c.graph_hash, "site": c.trigger.site, "kind": c.trigger.kind} for c in mine]
+        row["reference_compiles"] = [{"graph_hash": c.graph_hash, "site": c.trigger.site, "kind": c.trigger.kind}
+                                     for c in theirs]
         row["differences"] = _compare(t, ref, mine, theirs, step)
         rows.append(row)
     return rows
 
 
-def _compare(t: Any, ref: Any, mine: list[dict[str, Any]], theirs: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
+def _compare(t: RankTrace, ref: RankTrace | None, mine: list[Compile], theirs: list[Compile],
+             step: int) -> list[dict[str, Any]]:
     """What differs between a divergent rank's compile at the step and the reference rank's graph
     at the same site: their captured graphs, else the tensors in scope, else the hashes."""
     if ref is None:
         return []
     out: list[dict[str, Any]] = []
-    for c in mine or []:
-        site = c["trigger"].get("site", "")
+    for c in mine:
+        site = c.trigger.site
         # The reference's graph at that site: compiled at this step, or the last one before it.
-        cands = [x for x in ref.compiles if x["trigger"].get("site", "") == site and x["step"] <= step]
+        cands = [x for x in ref.compiles if x.trigger.site == site and x.step <= step]
         other = cands[-1] if cands else None
         if other is None:
             out.append({"what": "site", "site": site, "detail": f"compiled at {site}, where rank {ref.rank} "
                         "compiled nothing up to this step"})
             continue
-        g0, g1 = ref.graphs.get(other["k"]), t.graphs.get(c["k"])
+        g0, g1 = ref.graphs.get(other.k), t.graphs.get(c.k)
         if g0 is not None and g1 is not None:
-            from torch_xla_ext.trace import frames as _frames
-
             changes = _graphs.diff(g0, g1, _frames.is_library)
-            tensors = c.get("tensors") or {}
-            if tensors:
-                _graphs.name_inputs(changes, {k: list(v) for k, v in tensors.items()})
+            if c.tensors:
+                _graphs.name_inputs(changes, {k: list(v) for k, v in c.tensors.items()})
             out.extend(dict(x, site=x.get("site", site)) for x in changes)
-        elif c.get("tensors") and other.get("tensors"):
-            out.extend(dict(x, what="tensor_" + x["what"], site=site)
-                       for x in _snapshot.diff(other["tensors"], c["tensors"]))
+        elif c.tensors and other.tensors:
+            out.extend(dict(x, what="tensor_" + x["what"], site=site) for x in _snapshot.diff(other.tensors, c.tensors))
         if not out or all(x.get("site") != site for x in out):
-            out.append({"what": "graph_hash", "site": site, "old": other["graph_hash"], "new": c["graph_hash"],
-                        "inputs": [other.get("inputs"), c.get("inputs")]})
+            out.append({"what": "graph_hash", "site": site, "old": other.graph_hash, "new": c.graph_hash,
+                        "inputs": [other.inputs, c.inputs]})
     if not mine and theirs:
         out.append({"what": "missing_compile", "detail": f"rank {ref.rank} compiled "
-                    + ", ".join(f"{x['graph_hash'][:12]} at {x['trigger'].get('site', '')}" for x in theirs)
+                    + ", ".join(f"{x.graph_hash[:12]} at {x.trigger.site}" for x in theirs)
                     + " at this step; this rank did not"})
     if not mine and not theirs:
         out.append({"what": "executions", "detail": "the same graphs compiled, run in another order or number"})

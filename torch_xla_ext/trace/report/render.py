@@ -12,15 +12,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["MAX_SUMMARY_LINES", "change_text", "summary_lines", "to_markdown"]
+from torch_xla_ext.trace.report.model import CompileRow, Report
+
+__all__ = ["MAX_SUMMARY_LINES", "NO_SITE", "change_text", "has_ranks_section", "ranks_phrase", "summary_lines", "to_markdown"]
 
 MAX_SUMMARY_LINES = 20
+# What a site without a frame of the user's code reads as (never an empty location).
+NO_SITE = "(no line of the user's code)"
 
 
 def _short(path: str) -> str:
     """A site without its directory, for the summary."""
     if not path:
-        return "(unknown site)"
+        return NO_SITE
     file, _, line = path.rpartition(":")
     return f"{os.path.basename(file)}:{line}" if file else path
 
@@ -44,7 +48,8 @@ def change_text(c: dict[str, Any]) -> str:
         who = f" ({c['role']}: {', '.join(c['names'][:2])}, ...)" if c.get("names") else ""
         return f"inputs {c.get('old')} -> {c.get('new')}" + (f", new: {added}" if added else "") + who
     if what == "constant":
-        return f"constant of {c.get('op')} at {_lib(c.get('site', ''))}: {c.get('old')} -> {c.get('new')}"
+        where = f" at {_lib(c['site'])}" if c.get("site") else " (no source line: made while lowering)"
+        return f"constant of {c.get('op')}{where}: {c.get('old')} -> {c.get('new')}"
     if what == "op":
         if c.get("same_op_other_type"):
             text = f"first op on other shapes #{c.get('index')}: {c.get('old')} -> {c.get('new').split(' -> ')[-1]}"
@@ -74,62 +79,81 @@ def change_text(c: dict[str, Any]) -> str:
     return c.get("detail") or what
 
 
-def _trigger(c: dict[str, Any]) -> str:
-    t = c["trigger"]
-    kind = t.get("kind", "")
-    if kind == "host_read" and t.get("op"):
-        kind = f"host read .{t['op']}()" if t["op"] in ("item", "tolist", "cpu", "numpy") else f"host read ({t['op']})"
-    return f"{kind} at {_short(t.get('site', ''))}"
+def _trigger(c: CompileRow) -> str:
+    t = c.trigger
+    kind = t.kind
+    if kind == "host_read" and t.op:
+        kind = f"host read .{t.op}()" if t.op in ("item", "tolist", "cpu", "numpy") else f"host read ({t.op})"
+    return f"{kind} at {_short(t.site)}"
 
 
-def summary_lines(report: dict[str, Any]) -> list[str]:
+def summary_lines(report: Report) -> list[str]:
     """At most :data:`MAX_SUMMARY_LINES` lines: per rank how it ended and its compiles, the sites
-    that compile most (and why, with advice), divergence."""
+    that compile most (and why, with advice), host reads, processes whose recorder did not start,
+    problems, divergence."""
     lines: list[str] = []
-    ranks = report["ranks"]
-    total = len(report["compiles"])
+    ranks = report.ranks
+    total = len(report.compiles)
     lines.append(f"torch-xla-ext trace: {len(ranks)} process{'es' if len(ranks) != 1 else ''}, {total} XLA compile"
                  f"{'s' if total != 1 else ''} (torch_xla's CompileTime: "
-                 + ", ".join(str(r["torch_xla_compile_count"]) if r["torch_xla_compile_count"] is not None else "?"
+                 + ", ".join(str(r.torch_xla_compile_count) if r.torch_xla_compile_count is not None else "?"
                              for r in ranks[:8]) + ")")
     for r in ranks[:4]:
-        lines.append(f"  {r['label']}: {r['steps']} steps, {r['compiles']} compiles ({r['compile_ms'] / 1e3:.1f} s); "
-                     f"{r['stopped']}" + (f"; {r['steady']}" if r["steady"] else ""))
+        lines.append(f"  {r.label}: {r.steps} steps, {r.compiles} compiles ({r.compile_ms / 1e3:.1f} s); "
+                     f"{r.stopped}" + (f"; {r.steady}" if r.steady else ""))
     if len(ranks) > 4:
         lines.append(f"  ... {len(ranks) - 4} more processes in report.md")
-    recompiles = [c for c in report["compiles"] if c.get("previous_step") is not None or c["changed"]]
-    for s in [s for s in report["sites"] if s["compiles"] > 1][:3]:
-        flag = " EVERY STEP" if s["every_step"] else ""
-        lines.append(f"  {s['compiles']} compiles at {_short(s['site'])} ({s['kind']}{', ' + s['op'] if s['op'] else ''})"
-                     f"{flag}")
-        last = next((c for c in reversed(recompiles) if c["trigger"]["site"] == s["site"] and c["rank"] == s["rank"]),
-                    None)
+    recompiles = [c for c in report.compiles if c.previous_step is not None or c.changed]
+    for s in [s for s in report.sites if s.compiles > 1][:3]:
+        flag = " EVERY STEP" if s.every_step else ""
+        lines.append(f"  {s.compiles} compiles at {_short(s.site)} ({s.kind}{', ' + s.op if s.op else ''}){flag}")
+        last = next((c for c in reversed(recompiles) if c.trigger.site == s.site and c.rank == s.rank), None)
         if last is not None:
-            what = "; ".join(change_text(c) for c in last["changed"][:2])
+            what = "; ".join(change_text(c) for c in _leading(last.changed))
             if what:
-                lines.append(f"    step {last['step']}: {what}"[:240])
-            if last["advice"]:
-                lines.append(f"    -> {last['advice']}"[:240])
-    host = [s for s in report["sync_points"] if s["kind"] == "host_read"]
+                lines.append(f"    step {last.step}: {what}"[:240])
+            if last.advice:
+                lines.append(f"    -> {last.advice}"[:240])
+    host = [s for s in report.sync_points if s.kind == "host_read"]
     if host:
         h = host[0]
-        lines.append(f"  host reads run graphs at {_short(h['site'])} ({h['executions']} executions in {h['steps']} steps)")
-    d = report["divergence"]
-    if d["first_step"] is not None:
-        lines.append(f"  ranks diverge at step {d['first_step']}: ranks {', '.join(map(str, d['ranks_that_differ']))} "
-                     "run other graphs")
-        for row in d["details"][:1]:
+        lines.append(f"  host reads run graphs at {_short(h.site)} ({h.executions} executions in {h.steps} steps)")
+    if report.startup_errors:
+        n, e = len(report.startup_errors), report.startup_errors[0]
+        lines.append(f"  the recorder did not start in {n} process{'es' if n != 1 else ''} ({e.file}"
+                     f"{' ...' if n > 1 else ''}): {(e.text.splitlines() or [''])[0]}"[:240])
+    problems = sum(len(r.problems) for r in ranks) + len(report.problems)
+    if problems:
+        lines.append(f"  {problems} problem{'s' if problems != 1 else ''} the recorder or the report met: see report.md")
+    d = report.divergence
+    if d.first_step is not None:
+        odd = d.ranks_that_differ
+        lines.append(f"  ranks diverge at step {d.first_step}: {ranks_phrase(odd)} "
+                     f"{'runs' if len(odd) == 1 else 'run'} other graphs")
+        for row in d.details[:1]:
             for c in row["differences"][:2]:
                 lines.append(f"    rank {row['rank']}: {change_text(c)}"[:240])
-    if d["missing_ranks"]:
-        lines.append(f"  missing ranks: {', '.join(map(str, d['missing_ranks']))}")
-    for e in d["stopped_early"][:2]:
+    if d.missing_ranks:
+        lines.append(f"  missing ranks: {', '.join(map(str, d.missing_ranks))}")
+    for e in d.stopped_early[:2]:
         lines.append(f"  rank {e['rank']} stopped early, at step {e['last_step']}")
-    lines.append(f"  report: {os.path.join(report['directory'] or '.', 'report.md')} (and .json, .html, "
+    lines.append(f"  report: {os.path.join(report.directory or '.', 'report.md')} (and .json, .html, "
                  "trace.perfetto.json)")
     if len(lines) > MAX_SUMMARY_LINES:
         lines = lines[:MAX_SUMMARY_LINES - 1] + [lines[-1]]
     return lines
+
+
+def _leading(changed: list[dict[str, Any]], n: int = 2) -> list[dict[str, Any]]:
+    """The first ``n`` changes a user can act on (the report orders them so); the others only
+    when there is none."""
+    mine = [c for c in changed if c.get("actionable", True)]
+    return (mine or changed)[:n]
+
+
+def ranks_phrase(ranks: list[Any]) -> str:
+    """"rank 1" or "ranks 1, 2"."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
 def _cell(v: Any) -> str:
@@ -142,46 +166,53 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     return out + [""]
 
 
-def to_markdown(report: dict[str, Any]) -> str:
-    cmd = " ".join(report.get("command") or [])
+def has_ranks_section(report: Report) -> bool:
+    """The "Ranks" section says something: more than one process, or ranks missing."""
+    return len(report.divergence.ranks) > 1 or bool(report.divergence.missing_ranks)
+
+
+def _figure(v: Any) -> Any:
+    return v if not isinstance(v, dict) else ", ".join(f"{k}: {n}" for k, n in v.items()) or 0
+
+
+def to_markdown(report: Report) -> str:
+    cmd = " ".join(report.command or [])
     md = [f"# torch_xla trace{': `' + cmd + '`' if cmd else ''}", ""]
-    md += ["```text", *report["summary"], "```", ""]
+    md += ["```text", *report.summary, "```", ""]
     md += ["## Processes", ""]
     md += _table(["process", "file", "steps", "compiles", "compile s", "torch_xla CompileTime", "how it ended", "steady state"],
-                 [[r["label"], r["file"], r["steps"], r["compiles"], f"{r['compile_ms'] / 1e3:.2f}",
-                   r["torch_xla_compile_count"] if r["torch_xla_compile_count"] is not None else "(no end record)",
-                   r["stopped"], r["steady"]] for r in report["ranks"]])
-    for r in report["ranks"]:
-        for n in r["notes"] + r["problems"]:
-            md.append(f"- {r['label']}: {n}")
-        if r["compile_analysis"] and r["compile_analysis"] != "file":
-            md.append(f"- {r['label']}: torch_xla's compile analysis {r['compile_analysis']}")
+                 [[r.label, r.file, r.steps, r.compiles, f"{r.compile_ms / 1e3:.2f}",
+                   r.torch_xla_compile_count if r.torch_xla_compile_count is not None else "(no end record)",
+                   r.stopped, r.steady] for r in report.ranks])
+    for r in report.ranks:
+        for n in r.notes:
+            md.append(f"- {r.label}: {n}")
+        for n in r.problems:
+            md.append(f"- {r.label}: problem: {n}")
+        if r.compile_analysis and r.compile_analysis != "file":
+            md.append(f"- {r.label}: torch_xla's compile analysis {r.compile_analysis}")
     md += ["", "## Compiles", "",
            "One row per XLA compile (lazy and Dynamo-driven). *What changed* compares the graph with the nearest "
-           "earlier graph compiled at the same site.", ""]
+           "earlier graph compiled at the same site, what the user can act on first.", ""]
     md += _table(["rank", "step", "graph hash", "trigger", "ms", "inputs", "what changed", "advice"],
-                 [[c["rank"], c["step"], c["graph_hash"][:16] or "?", _trigger(c) + (f" [{c['compile_id']}]" if c["compile_id"] else ""),
-                   c["ms"] if c["ms"] is not None else "", c["inputs"] if c["inputs"] is not None else "",
-                   "; ".join(change_text(x) for x in c["changed"]) or ("first at this site" if c["previous_step"] is None else ""),
-                   c["advice"]] for c in report["compiles"]])
+                 [[c.rank, c.step, c.graph_hash[:16] or "?", _trigger(c) + (f" [{c.compile_id}]" if c.compile_id else ""),
+                   c.ms if c.ms is not None else "", c.inputs if c.inputs is not None else "",
+                   "; ".join(change_text(x) for x in c.changed) or ("first at this site" if c.previous_step is None else ""),
+                   c.advice] for c in report.compiles])
     md += ["## Sites that compile", ""]
-    md += _table(["rank", "site", "trigger", "code", "compiles", "graphs", "steps run", "steps", "flag"],
-                 [[s["rank"], s["site"], s["kind"] + (f" ({s['op']})" if s["op"] else ""), f"`{s['code']}`" if s["code"] else "",
-                   s["compiles"], s["graphs"], s["steps_run"], f"{s['first_step']}-{s['last_step']}",
-                   "compiles every step" if s["every_step"] else ""] for s in report["sites"]])
+    md += _table(["rank", "site", "trigger", "code", "compiles", "graphs", "steps run", "steps", "every step"],
+                 [[s.rank, s.site or NO_SITE, s.kind + (f" ({s.op})" if s.op else ""), f"`{s.code}`" if s.code else "",
+                   s.compiles, s.graphs, s.steps_run, f"{s.first_step}-{s.last_step}",
+                   "compiles every step" if s.every_step else ""] for s in report.sites])
     md += ["## Where it syncs", "", "Step markers and host reads that made torch_xla run graphs "
            "(from torch_xla's execution analysis).", ""]
     md += _table(["rank", "kind", "site", "code", "executions", "in steps", "step markers"],
-                 [[s["rank"], s["kind"] + (f" ({s['op']})" if s["op"] else ""), s["site"], f"`{s['code']}`" if s["code"] else "",
-                   s["executions"], s["steps"], s["markers"]] for s in report["sync_points"]])
-    for dyn in report["dynamo"]:
-        md += [f"## Dynamo (rank {dyn['rank']})", ""]
-        rows = []
-        for f in report["dynamo_figures"]:
-            v = dyn["figures"].get(f["key"])
-            rows.append([f["label"], v if not isinstance(v, dict) else ", ".join(f"{k}: {n}" for k, n in v.items()) or 0,
-                         f["oracle"]])
-        md += _table(["figure", "value", "equals"], rows)
+                 [[s.rank, s.kind + (f" ({s.op})" if s.op else ""), s.site or NO_SITE, f"`{s.code}`" if s.code else "",
+                   s.executions, s.steps, s.markers] for s in report.sync_points])
+    for dyn in report.dynamo:
+        md += [f"## Dynamo (rank {dyn.rank})", ""]
+        md += _table(["figure", "value", "equals"],
+                     [[f["label"], _figure(dyn.figures.get(f["key"])), f["oracle"]] for f in report.dynamo_figures])
         md += _table(["compile id", "function", "frame", "ms", "recompile: failed guard", "breaks", "graphs (nodes, ended by)", "XLA graphs"],
                      [[c["compile_id"], c["name"], c["frame"], c["ms"] if c["ms"] is not None else "",
                        (c["recompile_reason"] or "").splitlines()[0][:120] if c["recompile_reason"] else "",
@@ -189,31 +220,38 @@ def to_markdown(report: dict[str, Any]) -> str:
                        "; ".join(f"{g['nodes']}" + (f", {g['ended_by']}" if g["ended_by"] else "") for g in c["graphs"]),
                        "; ".join(f"{len(b.get('partitions') or [])} partitions" + (f", fallback {b['fallback_nodes']}" if b.get("fallback_nodes") else "")
                                  for b in c["bridges"])]
-                      for c in dyn["compile_ids"]])
-        if dyn["breaks"]:
+                      for c in dyn.compile_ids])
+        if dyn.breaks:
             md += ["Graph breaks:", ""]
             md += _table(["break", "GB id", "frame", "logged", "counted", "hint"],
                          [[b["gb_type"], b["gb_id"] or "", b["frame"], b["logged"], b["counted"],
-                           (b["hints"] or [""])[0][:160]] for b in dyn["breaks"]])
-    d = report["divergence"]
-    md += ["## Ranks", ""]
-    if d["first_step"] is not None:
-        ref = d["details"][0]["reference_rank"] if d["details"] else "?"
-        md.append(f"The ranks' graphs first differ at **step {d['first_step']}**: ranks "
-                  f"{', '.join(map(str, d['ranks_that_differ']))} (compared with rank {ref}"
-                  + ("; no group of ranks is larger, so either side may be the odd one" if d.get("no_majority") else "")
-                  + ").")
-        md.append("")
-        for row in d["details"]:
-            for c in row["differences"]:
-                md.append(f"- rank {row['rank']}: {change_text(c)}")
-        md.append("")
-    elif len(d["ranks"]) > 1:
-        md += ["Every rank compiled and ran the same graphs at every step they all reached.", ""]
-    if d["missing_ranks"]:
-        md += [f"Missing ranks (world size {d['world_size']}): {', '.join(map(str, d['missing_ranks']))}", ""]
-    for e in d["stopped_early"]:
-        md.append(f"- rank {e['rank']} stopped early: last step {e['last_step']}, "
-                  f"{'ended' if e['ended'] else 'no end record'}")
-    md += ["", "Figures and the upstream record each equals: " + "; ".join(f"{k}: {v}" for k, v in report["oracles"].items()), ""]
+                           (b["hints"] or [""])[0][:160]] for b in dyn.breaks])
+    if report.startup_errors:
+        md += ["## Processes whose recorder did not start", "",
+               "Each wrote `startup-error-<pid>.txt` in the trace directory; the program ran on, untraced.", ""]
+        md += _table(["pid", "file", "what it said"], [[e.pid, e.file, e.text[:400]] for e in report.startup_errors])
+    for p in report.problems:
+        md += [f"- {p}"]
+    d = report.divergence
+    if has_ranks_section(report):  # for one process there is nothing to compare
+        md += ["## Ranks", ""]
+        if d.first_step is not None:
+            ref = d.details[0]["reference_rank"] if d.details else "?"
+            md.append(f"The ranks' graphs first differ at **step {d.first_step}**: "
+                      f"{ranks_phrase(d.ranks_that_differ)} (compared with rank {ref}"
+                      + ("; no group of ranks is larger, so either side may be the odd one" if d.no_majority else "")
+                      + ").")
+            md.append("")
+            for row in d.details:
+                for c in row["differences"]:
+                    md.append(f"- rank {row['rank']}: {change_text(c)}")
+            md.append("")
+        else:
+            md += ["Every rank compiled and ran the same graphs at every step they all reached.", ""]
+        if d.missing_ranks:
+            md += [f"Missing ranks (world size {d.world_size}): {', '.join(map(str, d.missing_ranks))}", ""]
+        for e in d.stopped_early:
+            md.append(f"- rank {e['rank']} stopped early: last step {e['last_step']}, "
+                      f"{'ended' if e['ended'] else 'no end record'}")
+    md += ["", "Figures and the upstream record each equals: " + "; ".join(f"{k}: {v}" for k, v in report.oracles.items()), ""]
     return "\n".join(md)

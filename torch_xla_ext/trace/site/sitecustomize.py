@@ -50,14 +50,15 @@ def _start() -> None:
             if spec is None or os.path.dirname(os.path.dirname(os.path.abspath(spec.origin or ""))) != \
                     os.path.abspath(package):
                 sys.meta_path.insert(0, _OurPackage(package))
+        # Only with TORCH_XLA_EXT_TRACE set, and after the finder above can find the package.
         from torch_xla_ext.trace import startup
-    except Exception as e:  # noqa: BLE001 - the user's program runs whatever happens to the recorder
+    except Exception as e:  # noqa: BLE001 - the user's program starts whatever happens to the recorder; the report reads this file
         try:
             d = os.environ["TORCH_XLA_EXT_TRACE"]
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, f"startup-error-{os.getpid()}.txt"), "a") as f:
                 f.write(f"torch_xla_ext not importable here: {type(e).__name__}: {e}\n")
-        except Exception:  # noqa: BLE001
+        except OSError:  # a directory that cannot be written: nothing is left to tell
             pass
         return
     startup.autostart()
