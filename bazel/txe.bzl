@@ -11,6 +11,12 @@ TXE_COPTS = ["-Wextra", "-Wno-unused-parameter"]
 # its component's capability in the first tier.
 TIER2 = "tier2"
 
+# Second-tier breadth that CI leaves out, so CI stays within its 40 minutes on a 2-core machine:
+# more models (or configurations) of a capability that a CI target already checks on others.
+# `make test-all` runs these too; `.ci/run` runs the second tier with --test_tag_filters=-breadth
+# (python/run_tests.sh --ci). Tag a target so in addition to TIER2.
+BREADTH = "breadth"
+
 def txe_cc_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
     """A C++17 library of the core: no Python, linkable alone by a torch_xla fork."""
     native.cc_library(
@@ -160,17 +166,23 @@ def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size =
         **kwargs
     )
 
-def txe_py_test_groups(src, groups, sizes = {}, tier2 = [], **kwargs):
+def txe_py_test_groups(src, groups, sizes = {}, tier2 = [], breadth = [], group_deps = {}, **kwargs):
     """One txe_py_test per entry of `groups` ({target name: pytest -k expression}) over the same
-    file, so Bazel runs the groups side by side; `sizes` overrides `size` per target, and the
-    targets named in `tier2` get the TIER2 tag (a file's fast core in `make test`, its sweep in
-    the second tier)."""
+    file, so Bazel runs the groups side by side; `sizes` overrides `size` per target, the targets
+    named in `tier2` get the TIER2 tag (a file's fast core in `make test`, its sweep in the second
+    tier), and those in `breadth` (second tier as well) the BREADTH tag (not in CI). `group_deps`
+    adds deps to one target (what only its tests import, inside the test), so the others do not
+    re-run when that changes."""
     for name, k in groups.items():
         args = dict(kwargs)
         if name in sizes:
             args["size"] = sizes[name]
-        if name in tier2:
+        if name in group_deps:
+            args["deps"] = args.get("deps", []) + group_deps[name]
+        if name in tier2 or name in breadth:
             args["tags"] = args.get("tags", []) + [TIER2]
+        if name in breadth:
+            args["tags"] = args["tags"] + [BREADTH]
         txe_py_test(name = name, src = src, k = k, **args)
 
 def txe_cc_proto_library(name, srcs, deps = [], **kwargs):

@@ -2,9 +2,10 @@
 # `make test`: the first tier, every component's C++ and Python tests, through
 # `bazel test //... --test_tag_filters=-tier2`; `make test-all` (`--all`): both tiers, //... and
 # every target tagged tier2, manual ones included (the other stacks' and CPythons' venvs, the
-# fresh-venv installs, each with the wheels it installs as data). Then one summary line of test
-# cases counted from this invocation's results (never stale logs of earlier runs). Other
-# arguments go to `bazel test`.
+# fresh-venv installs, each with the wheels it installs as data); `--ci` (.ci/run): as `--all`
+# but the targets tagged breadth (more models of what a CI target checks; bazel/txe.bzl). Then
+# one summary line of test cases counted from this invocation's results (never stale logs of
+# earlier runs). Other arguments go to `bazel test`.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -13,9 +14,14 @@ trap 'rm -f "$bep"' EXIT
 flags=(--build_event_json_file="$bep")
 [ -n "${CI:-}" ] && flags+=(--config=ci)
 targets=(//...)
-if [ "${1:-}" = "--all" ]; then
+if [ "${1:-}" = "--all" ] || [ "${1:-}" = "--ci" ]; then
+  query='attr(tags, "\btier2\b", //...)'
+  if [ "$1" = "--ci" ]; then
+    query="$query except attr(tags, \"\\bbreadth\\b\", //...)"
+    flags+=(--test_tag_filters=-breadth)
+  fi
   shift
-  mapfile -t tier2 < <(bazel query --output=label 'attr(tags, "\btier2\b", //...)') || exit 1
+  mapfile -t tier2 < <(bazel query --output=label "$query") || exit 1
   targets+=("${tier2[@]}")
 else
   flags+=(--test_tag_filters=-tier2)
