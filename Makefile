@@ -2,7 +2,7 @@
 # `make test` (set up, then every component's C++ and Python tests: the first tier, `bazel test
 # //... --test_tag_filters=-tier2`). `make test-all` adds the second tier (targets tagged tier2:
 # the zoo and stability sweeps, other stacks' and CPythons' venvs, fresh-venv installs, the wheels
-# of every CPython), as CI does (.ci/run).
+# of every CPython); CI (.ci/run) runs it but the targets also tagged breadth.
 SHELL := /bin/bash
 PY := .venv/bin/python
 EXT_SUFFIX = $$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
@@ -54,7 +54,7 @@ help:
 	@echo "make develop   the C++ extension built and placed in the source tree (pytest and torch-xla-ext from the checkout)"
 	@echo "make example   set up, then the doctor on the embedded example (doctor-report/)"
 	@echo "make test      set up, then the first tier: every component's tests (bazel test //... --test_tag_filters=-tier2)"
-	@echo "make test-all  set up, then both tiers: also the zoo and stability sweeps, other stacks' and CPythons' venvs (as CI)"
+	@echo "make test-all  set up, then both tiers: also the zoo and stability sweeps, other stacks' and CPythons' venvs (CI: but breadth)"
 	@echo "make wheel     the wheel of the venv's CPython in dist/ (pip wheel .); make wheels: one per CPython 3.10-3.13"
 	@echo "make bench     bench/*_bench.py (ratios against an anchor measured in the same run)"
 	@echo "make stubs     regenerate the extension's type stubs"
