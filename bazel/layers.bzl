@@ -55,6 +55,6 @@ TXE_PY_LAYERS = [
     ("trace", ["trace/**/*.py"], ["_compat", "_dtypes", "_dynamo_events", "_ext", "_html", "_json", "_validation", "_versions", "errors", "graph_breaks"]),
     ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_mlir_text", "_plot", "_validation", "_versions", "errors", "numerics"]),
     # Composition and the command line.
-    ("doctor", ["doctor.py"], ["_compat", "_device", "_factory", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity"]),
+    ("doctor", ["doctor/**/*.py"], ["_compat", "_device", "_factory", "_frontend", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity", "trace"]),
     ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "_frontend", "_json", "_versions", "doctor", "errors", "export", "graph_breaks", "numerics", "parity", "trace"]),
 ]

@@ -71,7 +71,7 @@ class MakeOnceCache:
             return making.value
         try:
             value = make()
-        except BaseException as e:
+        except BaseException as e:  # whatever make() raised (KeyboardInterrupt too): the waiters get it, then re-raised
             making.error = e
             with self._lock:
                 del self._making[key]

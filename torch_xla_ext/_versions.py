@@ -47,6 +47,7 @@ import re
 import sys
 import threading
 
+from torch_xla_ext._compat import capabilities
 from torch_xla_ext.errors import TorchXlaExtError, first_line
 
 # The pinned stack: torch_xla's _XLAC links torch's C++ ABI, so the tested torch is torch_xla's
@@ -114,7 +115,11 @@ FEATURES: dict[str, Feature] = {
     "trace.lazy": Feature("torch_xla_ext.trace (lazy tensors and the openxla bridge)",
                           ("torch_xla.runtime", "torch_xla.lazy", "torch_xla.ir_debug", "torch_xla.metrics",
                            "torch_xla.dynamo_bridge")),
-    "doctor": Feature("torch_xla_ext.doctor", ("torch_xla.runtime", "torch.pytree")),
+    # Importing the doctor needs torch alone; each frontend's run needs its stack.
+    "doctor": Feature("torch_xla_ext.doctor", ("torch.pytree",)),
+    "doctor.torch_xla": Feature("torch_xla_ext.doctor on torch_xla", ("torch_xla.runtime", "torch.pytree")),
+    "doctor.torchax": Feature("torch_xla_ext.doctor(frontend='torchax')", ("torch.pytree", "torchax", "jax.mlir",
+                                                                          "jax.export")),
     # The torchax frontend's export: torch.export, torchax's lowering and JAX; no torch_xla.
     "export.torchax": Feature("torch_xla_ext.export.export(frontend='torchax')",
                               ("torch.pytree", "torchax", "jax.mlir", "jax.export")),
@@ -233,8 +238,6 @@ def _tested() -> str:
 
 def distributions(feature: str) -> tuple[str, ...]:
     """The distributions (names in DISTRIBUTIONS) whose APIs ``feature`` probes, in that order."""
-    from torch_xla_ext._compat import capabilities
-
     found = {d for g in _feature(feature).groups for d in capabilities.GROUPS[g].distributions}
     if "jax" in found:
         found.add("jaxlib")  # jax runs on the jaxlib of its release
@@ -308,8 +311,6 @@ def _feature(feature: str) -> Feature:
 
 def _refusal(feature: str) -> str | None:
     """None when ``feature`` can run here, else the message saying why not and what to do."""
-    from torch_xla_ext._compat import capabilities
-
     spec = _feature(feature)
     have = installed()
     needed = distributions(feature)

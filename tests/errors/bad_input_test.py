@@ -106,6 +106,8 @@ ROWS = [
     # ---- doctor ----
     Row("doctor.run --model", lambda: doctor().run("unused-dir", model="no_such_module_txe:f"), InvalidArgumentError,
         ValueError, "no_such_module_txe"),
+    Row("doctor.run frontend", lambda: doctor().run("unused-dir", frontend="jax2torch"), InvalidArgumentError,
+        ValueError, "frontend: 'jax2torch' is not a frontend; known are 'torch_xla' (the default), 'torchax'"),
     # ---- export (owned by export; rows follow its API on main) ----
     Row("export.load missing", lambda: export().load("/nonexistent/bundle"), NotFoundError, FileNotFoundError,
         "/nonexistent/bundle"),
@@ -187,6 +189,8 @@ CLI_ROWS = [
            "actual has dtype numpy.int64"),
     CliRow("doctor steps", ["doctor", "--steps", "0", "--out", "{tmp}/r"], "--steps: expected >= 1"),
     CliRow("doctor model", ["doctor", "--model", "no_such_module_txe:f", "--out", "{tmp}/r"], "no_such_module_txe"),
+    CliRow("doctor frontend", ["doctor", "--frontend", "jax2torch", "--out", "{tmp}/r"],
+           "--frontend: 'jax2torch' is not a frontend"),
     CliRow("export model", ["export", "--model", "no_colon", "--out", "{tmp}/b"], "no_colon"),
     CliRow("inspect missing dir", ["inspect", "{tmp}/no_bundle"], "no_bundle"),
     CliRow("parity model", ["parity", "--model", "no_colon"], "no_colon"),

@@ -102,8 +102,8 @@ def _overlay(tmp: pathlib.Path, *wheels: pathlib.Path) -> pathlib.Path:
     return venv
 
 
-TORCH_XLA_FEATURES = {"export.export", "collectives", "jax_call", "parity", "graph_breaks.openxla", "trace.lazy", "doctor"}
-TORCH_FEATURES = TORCH_XLA_FEATURES | {"graph_breaks", "trace"}
+TORCH_XLA_FEATURES = {"export.export", "collectives", "jax_call", "parity", "graph_breaks.openxla", "trace.lazy", "doctor.torch_xla"}
+TORCH_FEATURES = TORCH_XLA_FEATURES | {"graph_breaks", "trace", "doctor", "doctor.torchax", "export.torchax"}
 
 
 def _check(venv: pathlib.Path, tmp: pathlib.Path, differs: str, accepted: set[str]) -> None:

@@ -76,7 +76,7 @@ def test_the_wheel_runs_on_current_torch_without_torch_xla():
     assert json.loads((PREPARED / "pinned.json").read_text())["torch"].startswith("2.9.")
 
 
-XLA_FEATURES = ("parity.xla", "collectives", "jax_call", "export.export", "doctor", "graph_breaks.openxla", "trace.lazy")
+XLA_FEATURES = ("parity.xla", "collectives", "jax_call", "export.export", "doctor.torch_xla", "graph_breaks.openxla", "trace.lazy")
 
 
 def test_the_gate_refuses_only_what_needs_torch_xla():

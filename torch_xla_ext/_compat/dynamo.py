@@ -380,7 +380,7 @@ def install(listener: DynamoListener) -> None:
             error = None
             try:
                 return original(code, *args, **kwargs)
-            except BaseException as e:
+            except BaseException as e:  # Dynamo's own error, recorded on the frame and re-raised unchanged
                 error = e
                 raise
             finally:

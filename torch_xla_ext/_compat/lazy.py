@@ -110,7 +110,7 @@ def graph_signature(artifact: bytes) -> dict[str, Any]:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from torch_xla_ext._compat import jax_mlir
+    from torch_xla_ext._compat import jax_mlir  # jaxlib: only this reader of torch_xla's IR needs it
 
     ctx = jax_mlir.make_context()
     with ctx:

@@ -84,7 +84,7 @@ def install(listener: BridgeListener, run_cached_graph: Callable[[Callable[..., 
             token = L.bridge_start(xla_model, count_ops(xla_model)[0])
             try:
                 out = original(xla_model, xla_args)
-            except BaseException as e:
+            except BaseException as e:  # the bridge's own error, recorded on the partition and re-raised unchanged
                 L.bridge_end(token, e)
                 raise
             L.bridge_end(token, None)

@@ -13,7 +13,7 @@ _DEFAULT_MODEL = "torch_xla_ext.graph_breaks:example"
 
 
 def _run(args: argparse.Namespace) -> int:
-    from torch_xla_ext import graph_breaks
+    from torch_xla_ext import graph_breaks  # torch and Dynamo: not for `torch-xla-ext --help`
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     model = args.model or _DEFAULT_MODEL
@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _write(args: argparse.Namespace, result: Any, reports: list[Any], labels: list[str] | None = None) -> None:
     """--json, --html and --trace of a comparison or a merge (both have to_json and write_html)."""
-    from torch_xla_ext import graph_breaks
+    from torch_xla_ext import graph_breaks  # torch and Dynamo: not for `torch-xla-ext --help`
 
     if args.json:
         with open(args.json, "w") as f:
@@ -50,7 +50,7 @@ def _write(args: argparse.Namespace, result: Any, reports: list[Any], labels: li
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from torch_xla_ext import graph_breaks
+    from torch_xla_ext import graph_breaks  # torch and Dynamo: not for `torch-xla-ext --help`
 
     progress(f"merging {len(args.files)} report(s)")
     merged = graph_breaks.merge(args.files)

@@ -19,6 +19,7 @@ from torch_xla_ext.errors import first_line
 
 
 def _run(args: argparse.Namespace) -> int:
+    # torch (the report) and the recorder's site: not for `torch-xla-ext --help`
     from torch_xla_ext import trace
     from torch_xla_ext.trace import launch
 

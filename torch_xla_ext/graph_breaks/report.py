@@ -318,8 +318,17 @@ def _upgrade_v2(d: dict[str, Any]) -> dict[str, Any]:
     d = dict(d)
     joined = d.get("joined")
     if isinstance(joined, list):
-        d["joined"] = json.loads(json.dumps(joined).replace('"hash":', '"graph_hash":'))
+        d["joined"] = _renamed(joined, "hash", "graph_hash")
     return d
+
+
+def _renamed(value: Any, old: str, new: str) -> Any:
+    """``value`` with every mapping key ``old`` renamed ``new``, at any depth."""
+    if isinstance(value, dict):
+        return {(new if k == old else k): _renamed(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, old, new) for v in value]
+    return value
 
 
 _FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(GraphBreakReport) if f.type == "float")
