@@ -325,7 +325,8 @@ def _refusal(feature: str) -> str | None:
     absent = [d for d in needed if have[d] is None]
     for d in absent:
         problems.append(f"{d} is not installed")
-        advice.append(_INSTALL[d])
+        if not (d == "torch" and "torch_xla" in absent):  # torch_xla's line brings its torch
+            advice.append(_INSTALL[d])
     if not absent:  # only now import anything: a refusal above must not import torch
         broken = set()
         for d in needed:
