@@ -1,10 +1,13 @@
 # Quick start: `make example` (set up, then the main job on the embedded example) and
-# `make test` (set up, then every C++ and Python test with `bazel test //...`).
+# `make test` (set up, then every component's C++ and Python tests: the first tier, `bazel test
+# //... --test_tag_filters=-tier2`). `make test-all` adds the second tier (targets tagged tier2:
+# the zoo and stability sweeps, other stacks' and CPythons' venvs, fresh-venv installs, the wheels
+# of every CPython); CI (.ci/run) runs it but the targets also tagged breadth.
 SHELL := /bin/bash
 PY := .venv/bin/python
 EXT_SUFFIX = $$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 
-.PHONY: setup develop example test wheel wheels bench stubs
+.PHONY: setup develop example test test-all wheel wheels bench stubs help
 
 setup:
 	@python/setup_env.sh
@@ -24,6 +27,9 @@ example: develop
 test: setup
 	@python/run_tests.sh
 
+test-all: setup
+	@python/run_tests.sh --all
+
 wheel: setup
 	@$(PY) -m pip wheel --no-deps . -w dist/
 
@@ -42,3 +48,13 @@ bench: develop
 # checked-in stubs match.
 stubs: develop
 	@$(PY) python/generate_stubs.py
+
+help:
+	@echo "make setup     apt packages if missing, the pinned venv (~/.cache/torch_xla_ext, linked as .venv), torch-xla-ext in it"
+	@echo "make develop   the C++ extension built and placed in the source tree (pytest and torch-xla-ext from the checkout)"
+	@echo "make example   set up, then the doctor on the embedded example (doctor-report/)"
+	@echo "make test      set up, then the first tier: every component's tests (bazel test //... --test_tag_filters=-tier2)"
+	@echo "make test-all  set up, then both tiers: also the zoo and stability sweeps, other stacks' and CPythons' venvs (CI: but breadth)"
+	@echo "make wheel     the wheel of the venv's CPython in dist/ (pip wheel .); make wheels: one per CPython 3.10-3.13"
+	@echo "make bench     bench/*_bench.py (ratios against an anchor measured in the same run)"
+	@echo "make stubs     regenerate the extension's type stubs"

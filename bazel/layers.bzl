@@ -53,7 +53,7 @@ TXE_PY_LAYERS = [
     ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_dynamo_events", "_ext", "_factory", "_html", "_json", "_plot", "_validation", "_versions", "errors"]),
     # The script trace: its recorder runs inside the user's processes (Dynamo's half through graph_breaks' watch).
     ("trace", ["trace/**/*.py"], ["_compat", "_dtypes", "_dynamo_events", "_ext", "_html", "_json", "_validation", "_versions", "errors", "graph_breaks"]),
-    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_html", "_json", "_mlir_graph", "_mlir_text", "_plot", "_validation", "_versions", "errors", "numerics"]),
+    ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_frontend", "_html", "_json", "_mlir_graph", "_mlir_text", "_plot", "_validation", "_versions", "errors", "numerics"]),
     # Composition and the command line.
     ("doctor", ["doctor/**/*.py"], ["_compat", "_device", "_factory", "_frontend", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity", "trace"]),
     ("cli", ["cli/**/*.py", "__main__.py"], ["_compat", "_device", "_factory", "_frontend", "_json", "_versions", "doctor", "errors", "export", "graph_breaks", "numerics", "parity", "trace"]),

@@ -4,6 +4,19 @@ load("//bazel:python_configure.bzl", "wheel_tag")
 
 TXE_COPTS = ["-Wextra", "-Wno-unused-parameter"]
 
+# The second tier: breadth that costs minutes (zoo and stability sweeps, other stacks' and
+# CPythons' venvs, fresh-venv installs, outside tools on real models). `make test` (README's
+# command) leaves these targets out (--test_tag_filters=-tier2); `make test-all` and CI
+# (.ci/run, after README's command) run them. A test tagged so needs a faster sibling that keeps
+# its component's capability in the first tier.
+TIER2 = "tier2"
+
+# Second-tier breadth that CI leaves out, so CI stays within its 40 minutes on a 2-core machine:
+# more models (or configurations) of a capability that a CI target already checks on others.
+# `make test-all` runs these too; `.ci/run` runs the second tier with --test_tag_filters=-breadth
+# (python/run_tests.sh --ci). Tag a target so in addition to TIER2.
+BREADTH = "breadth"
+
 def txe_cc_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
     """A C++17 library of the core: no Python, linkable alone by a torch_xla fork."""
     native.cc_library(
@@ -137,7 +150,7 @@ def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size =
     python/tool_requirements, e.g. "torch_2_14_1"), with the wheel (`wheel`: the one of that
     venv's CPython) installed there with `extras`, offline, `pip check` clean; the file's
     `prepare(out_dir)`, if any, runs first on the pinned stack (tests/stacks/run_in_venv.py).
-    Manual and exclusive (the venv comes from the registry on a cold machine), tagged
+    Manual and exclusive (the venv comes from the registry on a cold machine), second tier, tagged
     "stack_venv": .ci/run runs every target with that tag, so a new one needs no CI edit."""
     native.py_test(
         name = name,
@@ -147,19 +160,29 @@ def txe_venv_test(name, src, venv, extras = "", wheel = "//python:wheel", size =
         data = data + [src, wheel],
         deps = ["//python:tool_venv", "//tests/packaging:wheels", "//torch_xla_ext"],  # prepare() runs on the pinned stack
         size = size,
-        tags = tags + ["python", "manual", "exclusive", "stack_venv"],
+        tags = tags + ["python", "manual", "exclusive", "stack_venv", TIER2],
         python_version = "PY3",
         srcs_version = "PY3",
         **kwargs
     )
 
-def txe_py_test_groups(src, groups, sizes = {}, **kwargs):
+def txe_py_test_groups(src, groups, sizes = {}, tier2 = [], breadth = [], group_deps = {}, **kwargs):
     """One txe_py_test per entry of `groups` ({target name: pytest -k expression}) over the same
-    file, so Bazel runs the groups side by side; `sizes` overrides `size` per target."""
+    file, so Bazel runs the groups side by side; `sizes` overrides `size` per target, the targets
+    named in `tier2` get the TIER2 tag (a file's fast core in `make test`, its sweep in the second
+    tier), and those in `breadth` (second tier as well) the BREADTH tag (not in CI). `group_deps`
+    adds deps to one target (what only its tests import, inside the test), so the others do not
+    re-run when that changes."""
     for name, k in groups.items():
         args = dict(kwargs)
         if name in sizes:
             args["size"] = sizes[name]
+        if name in group_deps:
+            args["deps"] = args.get("deps", []) + group_deps[name]
+        if name in tier2 or name in breadth:
+            args["tags"] = args.get("tags", []) + [TIER2]
+        if name in breadth:
+            args["tags"] = args["tags"] + [BREADTH]
         txe_py_test(name = name, src = src, k = k, **args)
 
 def txe_cc_proto_library(name, srcs, deps = [], **kwargs):

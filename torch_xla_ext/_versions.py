@@ -103,6 +103,8 @@ FEATURES: dict[str, Feature] = {
                           ("torch_xla.runtime", "torch_xla.lazy_hlo", "torch_xla.ir_debug", "torch_xla.op_metadata",
                            "torch_xla.scan",
                            "torch.pytree", "jax.mlir", "jaxlib.mhlo")),
+    "parity.torchax": Feature("torch_xla_ext.parity's torchax run and replays (frontend='torchax')",
+                              ("torch.pytree", "torchax.run", "jax.mlir", "jaxlib.mhlo")),
     # Dynamo's half of the ledger needs torch alone; the openxla bridge's partitions and XLA's
     # compiles and executions need torch_xla.
     "graph_breaks": Feature("torch_xla_ext.graph_breaks (Dynamo's half)", ("torch.dynamo", "torch.trace", "torch.pytree")),
@@ -338,7 +340,8 @@ def _refusal(feature: str) -> str | None:
     absent = [d for d in needed if have[d] is None]
     for d in absent:
         problems.append(f"{d} is not installed")
-        advice.append(_INSTALL[d])
+        if not (d == "torch" and "torch_xla" in absent):  # torch_xla's line brings its torch
+            advice.append(_INSTALL[d])
     if not absent:  # only now import anything: a refusal above must not import torch
         broken = set()
         for d in needed:
@@ -349,6 +352,8 @@ def _refusal(feature: str) -> str | None:
                 advice.append(_LOAD_ADVICE.get(d) or (
                     f"install the {d} that matches the rest of the stack (torch_xla's _XLAC links the torch it was "
                     f"built with; jax needs the jaxlib of its release)"))
+                if d in EXTRA:  # an optional frontend: the extra installs the tested one
+                    advice.append(_INSTALL[d])
                 if d == "torch_xla" and _torch_commit_of_torch_xla():
                     advice.append(f"torch_xla {have[d]} was built against torch commit {_torch_commit_of_torch_xla()} "
                                   f"(torch_xla/version.py's __torch_gitrev__): install the torch release or build of "

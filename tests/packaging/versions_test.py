@@ -170,6 +170,29 @@ def test_a_missing_torch_xla_is_refused_before_torch_is_imported():
     assert lines["numerics"] == "passes"
 
 
+def test_the_base_install_names_the_xla_install_line_once():
+    # The wheel's base route: no torch, no torch_xla, no jax. The doctor's refusal names both
+    # missing distributions and says once what brings them ([xla] installs torch with torch_xla).
+    r = _run("""
+        import importlib.metadata as md
+        real = md.version
+        def version(name):
+            if name in ("torch", "torch_xla", "jax", "jaxlib"):
+                raise md.PackageNotFoundError(name)
+            return real(name)
+        md.version = version
+        from torch_xla_ext import _versions
+        print(_versions.refusal("doctor").replace("\\n", " / "))
+        print("graph_breaks |", _versions.refusal("graph_breaks").replace("\\n", " / "))
+    """)
+    assert r.returncode == 0, r.stderr
+    doctor, dynamo = r.stdout.splitlines()
+    assert "torch_xla is not installed" in doctor and "torch is not installed" in doctor, doctor
+    assert doctor.count("pip install 'torch-xla-ext[xla]'") == 1, doctor
+    # Without torch_xla in question, torch's own line stays: Dynamo's half needs torch alone.
+    assert "torch is not installed" in dynamo and "`pip install torch`" in dynamo, dynamo
+
+
 def test_a_torch_xla_that_does_not_load_is_named(tmp_path):
     # A torch_xla whose extension links another torch fails at import ("undefined symbol"): the
     # gate says so with the import's own error, not an AttributeError later.

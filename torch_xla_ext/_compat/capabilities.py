@@ -127,6 +127,17 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
               "torchax.interop.jax_view", "torchax.interop.JittableModule",
               "torchax.interop.JittableModule.functional_call", "torchax.tensor.Environment.dispatch",
           )),
+    Group("torchax.run", "torchax running a model for parity: torchax.compile's forward under jax.jit, its eager "
+          "run, its op registry (an Environment's _ops entries, overridden and restored: the values an eager run "
+          "reads back) and a module's forward with its weights as arguments",
+          ("_compat/torchax_run.py",), (
+              "torchax.default_env", "torchax.compile", "torchax.interop.jax_view", "torchax.interop.torch_view",
+              "torchax.tensor.Environment._get_op_or_decomp", "torchax.tensor.Environment.override_op_definition",
+              "torchax.tensor.Environment.manual_seed", "torchax.tensor.Environment.to_xla",
+              "torchax.tensor.Environment.t2j_iso", "torchax.tensor.Environment.j2t_iso",
+              "torchax.tensor.Tensor", "torchax.tensor.View",
+              "torch.nn.utils.stateless._reparametrize_module", "jax.jit",
+          )),
     # ---- torch -------------------------------------------------------------------------------
     Group("torch.pytree", "torch's pytree (the order and key paths of inputs and outputs) and Python dispatch",
           ("_compat/pytree.py", "_compat/dispatch.py"), (

@@ -7,7 +7,9 @@ nn.Sequential) and ``args`` is ``(x,)``: the layers run with torch_xla's scan_la
 ``--reference`` names a second factory whose model is the reference (CPU) side.
 ``--capture FILE`` only runs the model on XLA and saves its per-module capture and the program it
 ran (safetensors); ``--compare-capture FILE`` compares such a file with CPU runs of the model and
-replays its program, without XLA. ``--rules`` names the device precision rules the rounded replay
+replays its program, without XLA. ``--frontend torchax`` runs the model through torchax on JAX's
+XLA instead of torch_xla (the same report; a torchax capture is compared with ``--frontend torchax``
+too). ``--rules`` names the device precision rules the rounded replay
 applies (default ``auto``: each dot's precision_config on the device the run or the capture used;
 the rules and their help are parity's registry, ``parity/program/rules.py``).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 
+from torch_xla_ext import _frontend
 from torch_xla_ext._factory import FactorySpecError, load_model
 from torch_xla_ext.cli import progress
 
@@ -45,6 +48,7 @@ def _layers(model, spec: str, flag: str):
 
 
 def _run(args: argparse.Namespace) -> int:
+    frontend = _frontend.check(args.frontend, "--frontend")  # before the imports below: a bad name costs nothing
     from torch_xla_ext import parity  # torch, torch_xla and JAX: not for `torch-xla-ext --help`
 
     tol = {} if args.rtol is None and args.atol is None else {"rtol": args.rtol, "atol": args.atol}
@@ -55,7 +59,8 @@ def _run(args: argparse.Namespace) -> int:
         progress(f"embedded example (pytorch/xla#8747): scan_layers over 4 patched nn.Linear(128, 128), "
                  f"input (3, 4, 5, 128), {args.dtype}, XLA (PJRT CPU) vs CPU eager")
         layers, reference, x = parity.scan_patched_linear_example(args.dtype)
-        report = parity.scan_layers(layers, x, dtype=args.dtype, reference_layers=reference, rules=args.rules, **tol)
+        report = parity.scan_layers(layers, x, dtype=args.dtype, reference_layers=reference, rules=args.rules,
+                                    frontend=frontend, **tol)
         return _finish(parity, report, args, check=False)
 
     if args.plot and not (args.localize or args.compare_capture):
@@ -64,14 +69,15 @@ def _run(args: argparse.Namespace) -> int:
     made = load_model(args.model)
     reference = load_model(args.reference, "--reference").model if args.reference else None
     if args.capture:
-        progress(f"capturing every module of {type(made.model).__name__} on XLA ({args.dtype})")
-        path = parity.capture(made.model, made.args, made.kwargs, dtype=args.dtype).save(args.capture)
+        progress(f"capturing every module of {type(made.model).__name__} on XLA ({args.dtype}, {frontend})")
+        path = parity.capture(made.model, made.args, made.kwargs, dtype=args.dtype, frontend=frontend).save(
+            args.capture)
         progress(f"wrote {path}")
         return 0
     if args.compare_capture:
         progress(f"comparing {args.compare_capture} with CPU runs of {type(made.model).__name__}")
         report = parity.compare_capture(args.compare_capture, reference or made.model, made.args, made.kwargs,
-                                        rules=args.rules, **tol)
+                                        rules=args.rules, frontend=frontend, **tol)
     elif args.scan_layers:
         if made.kwargs or len(made.args) != 1:
             raise FactorySpecError(f"--model: with --scan-layers, {args.model}() must return (layers, (x,)) with "
@@ -80,11 +86,12 @@ def _run(args: argparse.Namespace) -> int:
         ref_layers = _layers(reference, args.reference, "--reference") if reference is not None else None
         progress(f"scan_layers parity over {len(layers)} layers ({args.dtype})")
         report = parity.scan_layers(layers, made.args[0], dtype=args.dtype, reference_layers=ref_layers,
-                                    rules=args.rules, **tol)
+                                    rules=args.rules, frontend=frontend, **tol)
     else:
-        progress(f"verify on XLA vs CPU eager ({args.dtype})" + (", per module" if args.localize else ""))
+        progress(f"verify on XLA vs CPU eager ({args.dtype}, {frontend})" + (", per module" if args.localize else ""))
         report = parity.verify(made.model, made.args, made.kwargs, dtype=args.dtype, reference=reference,
-                               localize=args.localize, explorer_dir=args.explorer, rules=args.rules, **tol)
+                               localize=args.localize, explorer_dir=args.explorer, rules=args.rules,
+                               frontend=frontend, **tol)
         if args.explorer:
             progress(f"wrote the program and its per-op error for Model Explorer to {args.explorer}; open it with "
                      f"(pip install ai-edge-model-explorer):")
@@ -136,6 +143,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--atol", type=float, help="absolute tolerance (default: torch.testing's for the dtype)")
     # Its help is the rules registry's (parity/program/rules.py), read when help is printed.
     p.add_argument("--rules", default="auto", metavar="RULES", help=RULES_HELP)
+    p.add_argument("--frontend", default=_frontend.DEFAULT, metavar="{" + ",".join(_frontend.FRONTENDS) + "}",
+                   help=f"how the model reaches XLA: torch_xla's lazy tensors or torchax on JAX "
+                        f"(default: {_frontend.DEFAULT})")
     p.add_argument("--localize", action="store_true",
                    help="also separate every submodule's own error from what it inherited")
     p.add_argument("--plot", metavar="FILE.png", help="plot the per-module errors (with --localize)")

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from torch_xla_ext import _versions
-from torch_xla_ext.parity import arguments, pipeline
+from torch_xla_ext.parity import arguments, frontends, pipeline
 from torch_xla_ext.parity.captures import Capture, load_capture
 from torch_xla_ext.parity.casts import torch_dtype
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
@@ -30,10 +30,12 @@ __all__ = ["assert_parity", "capture", "compare_capture", "compare_stages", "loc
 
 def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, rtol: float | None = None,
             atol: float | None = None, reference: Any = None, seed: int = 0, emulate: bool = True,
-            localize: bool = False, explorer_dir: str | None = None, rules: Any = AUTO, role: str = "fn") -> Request:
+            localize: bool = False, explorer_dir: str | None = None, rules: Any = AUTO, role: str = "fn",
+            frontend: str = "torch_xla") -> Request:
     """verify's arguments, checked: a ParityError (a ValueError) or ParityTypeError names a bad one.
     ``role`` is what the caller calls ``fn`` ("model" for capture, "reference" for compare_capture);
-    with ``localize`` under another role, ``fn`` must be an nn.Module.
+    with ``localize`` under another role, ``fn`` must be an nn.Module. ``frontend``: how the model
+    reaches XLA (:mod:`.frontends`); an unknown one raises ``UnknownFrontendError`` naming it.
 
     Example:
         >>> request(lambda x: x, rules="tpu-fast")
@@ -41,6 +43,7 @@ def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any
         ...
         torch_xla_ext.parity.errors.ParityError: rules: expected one of xla-cpu, tpu-default, tpu-high, tpu-highest, gpu-tf32, auto, got 'tpu-fast'
     """
+    frontends.of(frontend)
     arguments.check_callable(fn, role)
     if reference is not None:
         arguments.check_callable(reference, "reference")
@@ -56,7 +59,7 @@ def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any
     if rules != AUTO:
         resolve(rules)  # a bad name raises here, before anything runs
     return Request(fn, ref, reference is not None, inputs, kwargs, torch_dtype(dtype), rtol, atol,
-                   arguments.tolerances(rtol, atol), seed, emulate, localize, explorer_dir, rules)
+                   arguments.tolerances(rtol, atol), seed, emulate, localize, explorer_dir, rules, frontend)
 
 
 def verify_stages(r: Request) -> list[pipeline.Stage]:
@@ -75,7 +78,7 @@ def verify_stages(r: Request) -> list[pipeline.Stage]:
         cpu_eager.FIRST,
         cpu_eager.SECOND,
         *golden.PLAIN.when(not r.localize),
-        xla_run.stage(replays.start_early, program=r.emulate or r.explorer_dir is not None),
+        frontends.of(r.frontend).stage(replays.start_early, program=r.emulate or r.explorer_dir is not None),
         xla_run.SAME_SHAPES,
         cpu_eager.DETERMINISTIC,
         *replays.STAGE.when(r.emulate),
@@ -107,6 +110,7 @@ def verify(
     localize: bool = False,
     explorer_dir: str | None = None,
     rules: str = AUTO,
+    frontend: str = "torch_xla",
 ) -> ParityReport:
     """Runs ``fn(*inputs, **kwargs)`` on XLA and its reference on CPU eager (twice) and in fp64,
     compares every floating-point output (any pytree: HF ModelOutputs, dicts, dataclasses,
@@ -124,6 +128,11 @@ def verify(
     (:mod:`torch_xla_ext.parity.program.replay`). With ``localize``, every submodule's own error is
     separated from what it inherited (:func:`localize`). With ``explorer_dir``, the program and
     its per-op error go there for Model Explorer (:func:`~torch_xla_ext.parity.explorer.write_model_explorer`).
+    ``frontend``: how ``fn`` reaches XLA: "torch_xla" (the default, torch_xla's lazy tensors) or
+    "torchax" (the model under torchax's environment on JAX's XLA, compiled as ``torchax.compile``
+    compiles it; its program is that function's StableHLO lowering, and "auto" rules read JAX's
+    device). Under torchax, float64 and int64 computed as float32 and int32 (JAX's x64 mode off)
+    are a cause of their own, named with the tensors, the lines and the fix.
 
     Bad arguments raise :class:`ParityError`; the verdict is EXCEPTION only when ``fn`` or the
     reference raises on a backend.
@@ -134,10 +143,11 @@ def verify(
         >>> r.verdict
         <Verdict.PASS: 'PASS'>
     """
-    _versions.require("parity.xla")  # before anything here imports torch_xla or JAX
+    fe = frontends.of(frontend)
+    _versions.require(fe.feature)  # before anything here imports torch_xla or JAX
     r = request(fn, inputs, kwargs, dtype=dtype, rtol=rtol, atol=atol, reference=reference, seed=seed,
-                emulate=emulate, localize=localize, explorer_dir=explorer_dir, rules=rules)
-    return explanation.report(pipeline.run(r, verify_stages(r)))
+                emulate=emulate, localize=localize, explorer_dir=explorer_dir, rules=rules, frontend=frontend)
+    return explanation.report(pipeline.run(r, verify_stages(r), uses_xla=fe.uses_xla))
 
 
 def assert_parity(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: Any) -> ParityReport:
@@ -170,12 +180,13 @@ def localize(fn: Any, inputs: Any = (), kwargs: dict | None = None, **options: A
 
 
 def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any = None, seed: int = 0,
-            device: Any = None) -> Capture:
+            device: Any = None, frontend: str = "torch_xla") -> Capture:
     """Runs ``model`` on XLA (``device``, default ``torch_xla.device()``) in ``dtype`` with hooks
     on every submodule and returns the per-module capture (tensors on the CPU, one sync), with the
     program the device ran (its precision_config included) and its arguments, so a CPU host can
     replay it (:func:`compare_capture`). What the model raises propagates as a ``UserFailure``
-    naming the stage.
+    naming the stage. ``frontend="torchax"``: the run through torchax (its eager run records the
+    module tensors; the program is its forward's StableHLO; ``device`` must be None: JAX's default).
 
     Example:
         >>> import torch
@@ -184,9 +195,10 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
         >>> capture(model, (x,), dtype="bf16").save("xla_run.safetensors")
         'xla_run.safetensors'
     """
-    _versions.require("parity.xla")  # before torch_xla is imported here
-    r = request(model, inputs, kwargs, dtype=dtype, seed=seed, localize=True, role="model")
-    record = pipeline.run(r, [capture_stages.hooked_run(device)])
+    fe = frontends.of(frontend)
+    _versions.require(fe.feature)  # before torch_xla or torchax is imported here
+    r = request(model, inputs, kwargs, dtype=dtype, seed=seed, localize=True, role="model", frontend=frontend)
+    record = pipeline.run(r, [capture_stages.hooked_run(device)], uses_xla=fe.uses_xla)
     if record.failure is not None:
         raise record.failure
     return record.capture
@@ -194,13 +206,14 @@ def capture(model: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: 
 
 def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwargs: dict | None = None, *,
                     rtol: float | None = None, atol: float | None = None, seed: int = 0,
-                    rules: str = AUTO, emulate: bool = True) -> ParityReport:
+                    rules: str = AUTO, emulate: bool = True, frontend: str | None = None) -> ParityReport:
     """Compares a capture (a :class:`~torch_xla_ext.parity.captures.Capture` or its file) with CPU
     runs of ``reference`` on the same inputs, without XLA: the verdict on the final outputs (CPU
     eager in the capture's dtype, fp64 golden), with ``emulate`` the replays of the program the
     device ran (``rules`` as for :func:`verify`; "auto", the default, reads the capture's device
     and each dot's precision_config), and every module's own, inherited and total error
-    (:mod:`.stages.localization`).
+    (:mod:`.stages.localization`). ``frontend`` (None: any): the frontend the capture must have
+    been made through; a capture made through another raises ParityError.
 
     Example:
         >>> import torch
@@ -215,6 +228,10 @@ def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwar
     if emulate:
         _versions.require("parity.replay")  # the replays need JAX; comparing alone needs torch
     cap = capture_or_path if isinstance(capture_or_path, Capture) else load_capture(capture_or_path)
+    if frontend is not None:
+        made = cap.info.get("frontend", "torch_xla")
+        if frontends.of(frontend).name != made:
+            raise ParityError(f"frontend: the capture was made through {made}, not {frontend}")
     r = request(reference, inputs, kwargs, dtype=cap.run_dtype, rtol=rtol, atol=atol, reference=reference, seed=seed,
                 emulate=emulate, localize=True, rules=rules, role="reference")
     return explanation.report(pipeline.run(r, compare_stages(r, cap), uses_xla=False))

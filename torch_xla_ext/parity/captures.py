@@ -55,15 +55,15 @@ class ModuleCall:
 class Capture:
     """A run's module calls in completion order (children before their parents) and its outputs;
     ``device`` (``xla:0``) and ``device_type`` (``TPU``, ``CPU``: what ``rules="auto"`` reads) of
-    the run; ``program`` (a serialized HloModuleProto of the outputs) and ``program_args`` (its
-    arguments, numpy) when kept."""
+    the run; ``program`` (a serialized HloModuleProto of the outputs, or a JAX lowering's StableHLO
+    text: torchax's) and ``program_args`` (its arguments, numpy) when kept."""
 
     calls: list[ModuleCall]
     outputs: dict[str, Any]
     dtype: str
     device: str
     info: dict[str, str] = dataclasses.field(default_factory=dict)
-    program: bytes | None = None
+    program: bytes | str | None = None
     program_args: list[Any] = dataclasses.field(default_factory=list)
     device_type: str = "unknown"
 
@@ -96,10 +96,12 @@ class Capture:
             tensors[f"outputs{leaf}"] = entry(t)
         program = None
         if self.program is not None:
-            tensors["program/hlo"] = torch.frombuffer(bytearray(self.program), dtype=torch.uint8)
+            text = isinstance(self.program, str)  # a JAX lowering's StableHLO (torchax), else an HloModuleProto
+            raw = self.program.encode("utf-8") if text else self.program
+            tensors["program/hlo"] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
             for k, a in enumerate(self.program_args):
                 tensors[f"program/args/{k}"] = entry(_dtypes.tensor_from_numpy(np.asarray(a)))
-            program = {"format": "hlo_proto", "arguments": len(self.program_args)}
+            program = {"format": "stablehlo_text" if text else "hlo_proto", "arguments": len(self.program_args)}
         metadata = {"format": FORMAT, "calls": _json.dumps(calls), "outputs": _json.dumps(list(self.outputs)),
                     "program": _json.dumps(program), "dtype": self.dtype, "device": self.device,
                     "device_type": self.device_type, **{f"info.{k}": v for k, v in self.info.items()}}
@@ -148,6 +150,8 @@ def load_capture(path: str | os.PathLike) -> Capture:
                     raise CaptureError(f"{path}: entry 'program/hlo' must be a 1-D uint8 tensor (a serialized "
                                        f"HloModuleProto), got {hlo.dtype} of shape {list(hlo.shape)}")
                 program = hlo.numpy().tobytes()
+                if meta.program.format == "stablehlo_text":
+                    program = program.decode("utf-8")
                 args = [to_numpy(get(f"program/args/{k}")) for k in range(meta.program.arguments)]
     except SafetensorError as e:
         raise CaptureError(f"{path}: not a readable safetensors file ({e})") from None
@@ -170,7 +174,7 @@ class _CallRecord:
 class _ProgramRecord:
     """The metadata's ``program``: the format of ``program/hlo`` and how many ``program/args/<k>``."""
 
-    format: Literal["hlo_proto"]
+    format: Literal["hlo_proto", "stablehlo_text"]
     arguments: int
 
 

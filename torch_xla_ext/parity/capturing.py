@@ -116,7 +116,12 @@ class Recorder:
     :meth:`replayed` takes their values from its results. Either way there is no second trace,
     compile and execution."""
 
-    def __init__(self) -> None:
+    def __init__(self, origin: Callable[[Any], tuple[dict[str, str], str, str]] | None = None,
+                 to_cpu: Callable[[Any], Any] | None = None) -> None:
+        # origin(device): (info, device, device type) a capture records (torch_xla's by default);
+        # to_cpu(tensor): a recorded tensor copied to the CPU (``tensor.cpu()`` by default).
+        self._origin = origin or torch_xla_origin
+        self._to_cpu = to_cpu or (lambda t: t.cpu())
         self.calls: list[ModuleCall] | None = None
         self._on_device: list[Any] = []  # device_values(): the tensors a replayed capture computes
         self._pending: list[tuple[Any, tuple[int, ...]]] | None = None  # release(): their dtypes and shapes
@@ -171,7 +176,7 @@ class Recorder:
             for leaves in (c.inputs, c.outputs):
                 for p, t in list(leaves.items()):
                     k = index.get(id(t))
-                    leaves[p] = _Pending(k) if k is not None else (t.cpu() if t.device.type == "cpu" else None)
+                    leaves[p] = _Pending(k) if k is not None else (t if t.device.type == "cpu" else None)
         del index
 
     def replayed(self, values: list[Any] | None, outputs: list[tuple[str, Any]], dtype: Any,
@@ -209,7 +214,7 @@ class Recorder:
 
         def cpu(t: Any) -> Any:
             if id(t) not in on_cpu:
-                on_cpu[id(t)] = (t, t.cpu())
+                on_cpu[id(t)] = (t, self._to_cpu(t))
             return on_cpu[id(t)][1]
 
         for c in self.calls:
@@ -219,12 +224,18 @@ class Recorder:
         return self._made(outputs, dtype, device)
 
     def _made(self, outputs: list[tuple[str, Any]], dtype: Any, device: Any) -> Capture:
-        import torch_xla  # deferred: recording on the CPU (a reference's calls) never imports torch_xla
-
         calls, self.calls = self.calls, None
-        info = {"torch_xla": torch_xla.__version__}
+        info, name, device_type = self._origin(device)
         return Capture(calls, dict(outputs), str(dtype).removeprefix("torch.") if dtype else "input dtypes",
-                       str(torch_xla.device() if device is None else device), info, device_type=_device.current())
+                       name, info, device_type=device_type)
+
+
+def torch_xla_origin(device: Any) -> tuple[dict[str, str], str, str]:
+    """(info, device, device type) of a capture made on torch_xla's ``device`` (default
+    ``torch_xla.device()``)."""
+    import torch_xla  # deferred: recording on the CPU (a reference's calls) never imports torch_xla
+
+    return {"torch_xla": torch_xla.__version__}, str(torch_xla.device() if device is None else device), _device.current()
 
 
 class BlockValues:

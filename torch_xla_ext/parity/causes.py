@@ -12,6 +12,12 @@ golden and the replays of XLA's own program.
   that rounds nothing to a narrow type, or is as accurate as CPU eager (within
   ``REASSOCIATION_FACTOR`` of its fp64 error): the order of evaluation differs (summation order,
   FMA contraction, approximations of transcendentals);
+* **x64 off**: the run computed float64 tensors in float32 (a frontend on JAX, torchax, with JAX's
+  ``jax_enable_x64`` off, its default), its error against the golden is beyond
+  ``REASSOCIATION_FACTOR`` times CPU eager's, and its program traced with x64 on (torch's own
+  dtypes), replayed under the same rules, is within it: the narrowing is the difference. Checked
+  before the others: a narrowed program replays faithfully, and its exact replay in f64 may still
+  not be the reference's math (constants stored in f32);
 * **a real difference**: the unrounded replay leaves the golden (the program is not the
   reference's math), or XLA leaves its own program's replay and is less accurate than both.
 
@@ -38,7 +44,7 @@ import torch
 
 from torch_xla_ext import numerics
 from torch_xla_ext.parity.report import (MATMUL_PRECISION, REAL_DIFFERENCE, REASSOCIATION, ROUNDING_PLACEMENT,
-                                         UNEXPLAINED, OutputParity)
+                                         UNEXPLAINED, X64_OFF, OutputParity)
 
 __all__ = ["MATH_NOISE_FRACTION", "REASSOCIATION_FACTOR", "REPLAY_FACTOR", "SIGNIFICANT_FRACTION", "cause",
            "closer", "golden_errors", "output_cause", "output_parity", "replay_bound", "replay_figures",
@@ -119,11 +125,12 @@ def same_math(unrounded: numerics.CompareReport, unrounded_error: float, xla_err
 
 
 def output_parity(path: str, x: Any, c: Any, g: Any, tol: dict, rounded: Any = None, exact: Any = None,
-                  longest_reduction: int = 1, xla_cpu: Any = None) -> OutputParity:
+                  longest_reduction: int = 1, xla_cpu: Any = None, wide: Any = None) -> OutputParity:
     """Compares one output: XLA ``x`` vs CPU eager ``c`` (tolerances), both vs the fp64 golden
     ``g``, and, when given, XLA vs the rounded replay (exactly, and within the bound) and the
     exact replay vs ``g``; ``xla_cpu``: the rounded replay with XLA:CPU's own rules, when the
-    replay applied another device's."""
+    replay applied another device's; ``wide``: the replay of the program traced with JAX's x64 mode
+    on, when the run computed float64 tensors in float32."""
     cmp = numerics.compare(x, c, equal_nan=True, check_dtype=False, **tol)
     xe, ce = golden_errors(x, g), golden_errors(c, g)
     gd = g.double()
@@ -138,6 +145,7 @@ def output_parity(path: str, x: Any, c: Any, g: Any, tol: dict, rounded: Any = N
                      (cmp.max_abs_diff / scale) if scale > 0 else 0.0, magnitude, significant)
     if rounded is None:
         return o
+    wide_error = golden_errors(np.asarray(wide).reshape(tuple(x.shape)), g)[0] if wide is not None else None
     rounded = np.asarray(rounded).reshape(tuple(x.shape))
     exact = np.asarray(exact, dtype=np.float64).reshape(tuple(x.shape))
     unrounded = numerics.compare(exact, gd.numpy(), equal_nan=True, check_dtype=False)
@@ -153,19 +161,24 @@ def output_parity(path: str, x: Any, c: Any, g: Any, tol: dict, rounded: Any = N
         emulated_error=golden_errors(rounded, g)[0], unrounded=unrounded, unrounded_error=unrounded_error,
         same_math=same_math(unrounded, unrounded_error, xe[0], ce[0]), replay_distance=distance,
         run_rounding=run_error, replay_rounding=replay_error, replay_bound=bound, reproduced=reproduced,
-        xla_cpu_reproduced=xla_cpu_reproduced)
+        xla_cpu_reproduced=xla_cpu_reproduced, wide_error=wide_error)
 
 
 def cause(bit_identical: bool, same: bool | None, reproduced: bool | None, xla_error: float, cpu_error: float,
-          replay_error: float | None, narrow: bool, xla_cpu_reproduced: bool | None = None) -> str | None:
+          replay_error: float | None, narrow: bool, xla_cpu_reproduced: bool | None = None,
+          wide_error: float | None = None) -> str | None:
     """The rule (module docstring) on one output's (or layer's) figures. ``replay_error``: the
     rounded replay's error against the golden; ``narrow``: the program rounds to bf16/f16;
     ``xla_cpu_reproduced``: False when the replay with XLA:CPU's f32 matmuls does not reproduce
-    the run where the device's rules' replay does (None: not asked)."""
+    the run where the device's rules' replay does (None: not asked); ``wide_error``: the error of
+    the program traced with x64 on, replayed, when the run narrowed float64 tensors (None: not)."""
     if bit_identical:
         return None
     if reproduced is None or same is None:
         return UNEXPLAINED
+    if (wide_error is not None and wide_error <= REASSOCIATION_FACTOR * cpu_error
+            and xla_error > REASSOCIATION_FACTOR * max(cpu_error, wide_error)):
+        return X64_OFF
     if not same:
         return REAL_DIFFERENCE
     if reproduced:
@@ -180,4 +193,4 @@ def cause(bit_identical: bool, same: bool | None, reproduced: bool | None, xla_e
 def output_cause(o: OutputParity, narrow: bool) -> str | None:
     """The cause of ``o``'s difference from CPU eager (None when there is no difference)."""
     return cause(o.bit_identical, o.same_math, o.reproduced, o.xla_error, o.cpu_error, o.emulated_error, narrow,
-                 o.xla_cpu_reproduced)
+                 o.xla_cpu_reproduced, o.wide_error)

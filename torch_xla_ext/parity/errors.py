@@ -38,3 +38,8 @@ class CaptureError(InvalidArgumentError):
 
 class CaptureNotFoundError(NotFoundError, CaptureError):
     """A capture file that does not exist."""
+
+
+class FrontendRunError(UnimplementedError):
+    """A frontend that cannot run the model at all (torchax: an op without a lowering, a CPU tensor
+    in its math); names the model, the error and the model's line."""

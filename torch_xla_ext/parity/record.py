@@ -9,9 +9,10 @@ capture once compared), so at real sizes no copy of a model outlives the stage t
 The runner alone writes ``seconds``, ``early`` and ``failure``. The explanation reads the record
 last and makes the report.
 
-A frontend (the way the model runs on XLA: torch_xla's lazy tensors today) enters through its run
-stage, which writes ``xla`` (the outputs, and the program with its arguments: an HloModuleProto or
-StableHLO text) and ``device``; a capture's stage writes the same from a file.
+A frontend (the way the model runs on XLA: torch_xla's lazy tensors, or torchax on JAX's XLA;
+``parity/frontends.py``) enters through its run stage, which writes ``xla`` (the outputs, and the
+program with its arguments: an HloModuleProto or StableHLO text) and ``device``; a capture's stage
+writes the same from a file.
 
 Example:
     >>> import torch
@@ -35,11 +36,11 @@ from torch_xla_ext.parity.captures import Capture, ModuleCall
 from torch_xla_ext.parity.program.replay import LazyArgs
 from torch_xla_ext.parity.program.rules import XLA_CPU, Rules
 from torch_xla_ext.parity.program.stablehlo import Program
-from torch_xla_ext.parity.report import LayerParity, ModuleParity, OutputParity
+from torch_xla_ext.parity.report import LayerParity, ModuleParity, Narrowed, OutputParity
 from torch_xla_ext.parity.user_code import UserFailure
 
-__all__ = ["Early", "ModulePass", "Outputs", "PerLayer", "ProgramRun", "Replayed", "Request", "RunRecord",
-           "ScanRecord", "XlaRun"]
+__all__ = ["Early", "ModulePass", "Narrowed", "Outputs", "PerLayer", "ProgramRun", "Replayed", "Request",
+           "RunRecord", "ScanRecord", "WideProgram", "XlaRun"]
 
 # A run's floating-point outputs by pytree path ("" for a lone tensor, ".logits", "[0]").
 Outputs = list[tuple[str, torch.Tensor]]
@@ -51,7 +52,8 @@ class Request:
     ``separate_reference``), the inputs, the run's torch ``dtype`` (None: the inputs' own), the
     tolerances (``tol``: numerics.compare's keywords, {} for the dtype's defaults), the seed, and
     which optional stages run (``emulate``: the replays; ``localize``; ``explorer_dir``) under
-    which device ``rules`` (a name of ``parity.RULES``, "auto" by default, or resolved rules)."""
+    which device ``rules`` (a name of ``parity.RULES``, "auto" by default, or resolved rules), and
+    the ``frontend`` the model reaches XLA through (``_frontend.FRONTENDS``)."""
 
     fn: Callable[..., Any]
     reference: Callable[..., Any]
@@ -67,6 +69,7 @@ class Request:
     localize: bool = False
     explorer_dir: str | None = None
     rules: str | Rules = "auto"
+    frontend: str = "torch_xla"
 
     @property
     def dtype_name(self) -> str:
@@ -79,34 +82,58 @@ class ProgramRun:
     HloModuleProto, as torch_xla gives it, or StableHLO text, as a JAX lowering gives it) and
     ``args`` (main's arguments), or why there is none (``error``). ``capture_proto`` and
     ``capture_args``: the same program with recorded module tensors as extra results after the
-    outputs (the rounded replay computes them), or None."""
+    outputs (the rounded replay computes them), or None. ``excess_precision``: whether the device
+    kept an elementwise result unrounded where a convert reads it (XLA's compiled programs), or
+    rounded every op's result to its type (an eager run: every op its own computation)."""
 
     proto: bytes | str | None
     args: LazyArgs | list[np.ndarray] | None
     error: str | None = None
     capture_proto: bytes | str | None = None
     capture_args: LazyArgs | None = None
+    excess_precision: bool = True
 
     def programs(self) -> tuple[Program, Program | None]:
         """(the outputs' program, the program with the module tensors or None), parsed."""
-        return _program(self.proto), _program(self.capture_proto) if self.capture_proto is not None else None
+        return (_program(self.proto, self.excess_precision),
+                _program(self.capture_proto, self.excess_precision) if self.capture_proto is not None else None)
 
 
-def _program(source: bytes | str | None) -> Program:
+def _program(source: bytes | str | None, excess_precision: bool = True) -> Program:
     if isinstance(source, str):
-        return Program(source)
-    return Program.from_hlo_proto(source)
+        return Program(source, excess_precision=excess_precision)
+    return Program.from_hlo_proto(source, excess_precision=excess_precision)
+
+
+@dataclasses.dataclass
+class WideProgram:
+    """The run's program as torch's own dtypes ask for it (``program``: traced with JAX's x64 mode
+    on, float64 and int64 kept, with its arguments in those dtypes), and the tensors the run
+    computed narrower (``narrowed``, in the order the model made them)."""
+
+    program: ProgramRun
+    narrowed: tuple[Narrowed, ...]
+
+    @property
+    def floats(self) -> tuple[Narrowed, ...]:
+        """The narrowed float64 tensors (an int64 tensor computed as int32 is exact while its values
+        fit)."""
+        return tuple(n for n in self.narrowed if n.dtype == "float64")
 
 
 @dataclasses.dataclass
 class XlaRun:
     """The XLA run (or a capture's): its float outputs by path (on the CPU), its program (None
     unless asked for), and the HLO instruction -> module path table of its program (None: no op
-    metadata, XLA_HLO_DEBUG off, or a capture)."""
+    metadata, XLA_HLO_DEBUG off, or a capture). ``how``: what ran, when the frontend says more
+    than its name (torchax's eager run where ``torchax.compile`` failed, and why). ``wide``: the
+    program with torch's 64-bit dtypes, when the run computed some 64-bit tensors in 32 bits."""
 
     outputs: Outputs
     program: ProgramRun | None
     module_paths: dict[str, str] | None = None
+    how: str | None = None
+    wide: WideProgram | None = None
 
 
 @dataclasses.dataclass
@@ -129,6 +156,10 @@ class Replayed:
     rules: Rules = XLA_CPU
     applied: dict[str, int] = dataclasses.field(default_factory=dict)
     xla_cpu: list[np.ndarray] | None = None
+    # The rounded replay of the run's wide program (XlaRun.wide: torch's 64-bit dtypes), under the
+    # same rules, when the run computed float64 tensors in float32; or why it is unavailable.
+    wide: list[np.ndarray] | None = None
+    wide_status: str | None = None
 
 
 @dataclasses.dataclass

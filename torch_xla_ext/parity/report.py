@@ -28,7 +28,7 @@ from torch_xla_ext.parity.document import Document
 from torch_xla_ext.parity.program.stablehlo import RoundingPoint
 
 __all__ = ["CAUSES", "MATMUL_PRECISION", "REAL_DIFFERENCE", "REASSOCIATION", "ROUNDING_PLACEMENT", "UNEXPLAINED",
-           "LayerParity", "ModuleParity", "OutputParity", "ParityReport", "Verdict"]
+           "X64_OFF", "LayerParity", "ModuleParity", "Narrowed", "OutputParity", "ParityReport", "Verdict"]
 
 # What explains an output's difference from CPU eager (None: there is none, bit for bit).
 ROUNDING_PLACEMENT = "rounding placement"
@@ -36,7 +36,23 @@ MATMUL_PRECISION = "matmul precision"  # the device's precision for f32 dots and
 REASSOCIATION = "reassociation"
 REAL_DIFFERENCE = "real difference"
 UNEXPLAINED = "unexplained"  # the replays were unavailable, so no cause is established
-CAUSES = (ROUNDING_PLACEMENT, MATMUL_PRECISION, REASSOCIATION, REAL_DIFFERENCE, UNEXPLAINED)
+# A frontend on JAX (torchax) with JAX's x64 mode off computed float64 tensors as float32.
+X64_OFF = "x64 off"
+CAUSES = (ROUNDING_PLACEMENT, MATMUL_PRECISION, REASSOCIATION, REAL_DIFFERENCE, UNEXPLAINED, X64_OFF)
+
+
+@dataclasses.dataclass(frozen=True)
+class Narrowed:
+    """A tensor torch computes in 64 bits and the run in 32 (JAX's x64 mode off): ``dtype`` (torch's,
+    "float64" or "int64"), the torch call that made it (``op``), the module whose forward ran it
+    (its path, "" for the model itself; None outside any), and the model's line (``source``
+    "file:line" and ``source_line``; None where no frame of the model's code made it)."""
+
+    dtype: str
+    op: str
+    module: str | None
+    source: str | None
+    source_line: str | None
 
 
 class Verdict(str, enum.Enum):
@@ -74,6 +90,8 @@ class OutputParity:
     ``reproduced`` whether the run is within it. ``unrounded`` compares the exact replay with the
     golden. ``xla_cpu_reproduced``: under another device's rules that round matmul operands,
     whether the replay with XLA:CPU's own rules reproduces the run too (None: not asked).
+    ``wide_error``: where the run computed float64 tensors in float32 (JAX's x64 mode off), the
+    greatest error against the golden of its program traced with x64 on, replayed (None otherwise).
     ``cause`` is one of ``CAUSES`` (None when XLA equals CPU bit for bit).
     """
 
@@ -100,6 +118,7 @@ class OutputParity:
     replay_bound: float | None = None
     reproduced: bool | None = None
     xla_cpu_reproduced: bool | None = None
+    wide_error: float | None = None
 
     @property
     def bit_identical(self) -> bool:
@@ -110,7 +129,7 @@ class OutputParity:
         keys = ("path", "xla_error", "cpu_error", "xla_mean_error", "cpu_mean_error", "closer", "scale",
                 "max_diff_to_scale", "max_ulp_magnitude", "emulated_error", "unrounded_error", "same_math", "cause",
                 "replay_distance", "run_rounding", "replay_rounding", "replay_bound", "reproduced",
-                "xla_cpu_reproduced")
+                "xla_cpu_reproduced", "wide_error")
         d = {k: _finite(getattr(self, k)) for k in keys}
         for k in ("xla_vs_cpu", "significant", "emulated", "unrounded"):
             v = getattr(self, k)
@@ -216,6 +235,8 @@ class ParityReport:
     those with ``after`` set round twice in a row. ``modules`` is the per-module localisation
     (when asked for), ``first_divergent_module`` its first module whose own error is beyond
     rounding. ``seconds`` times each stage. ``document`` is the lead sentence and sections.
+    ``frontend`` is how the model reached XLA ("torch_xla" or "torchax"); ``narrowed`` the tensors
+    the run computed in 32 bits where torch computes 64 (JAX's x64 mode off, under torchax).
     """
 
     verdict: Verdict
@@ -244,6 +265,8 @@ class ParityReport:
     rules: str = "xla-cpu"
     rules_source: str = "given"
     document: Document | None = dataclasses.field(default=None, repr=False)
+    frontend: str = "torch_xla"
+    narrowed: tuple[Narrowed, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -261,7 +284,7 @@ class ParityReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = {
-            "verdict": self.verdict.value, "device": self.device, "explanation": self.explanation, "dtype": self.dtype,
+            "verdict": self.verdict.value, "frontend": self.frontend, "device": self.device, "explanation": self.explanation, "dtype": self.dtype,
             "rtol": self.rtol, "atol": self.atol, "emulation": self.emulation, "reproduced": self.reproduced,
             "hlo_math": self.hlo_math, "unrounded_replay": self.unrounded_replay,
             "rules": self.rules, "rules_source": self.rules_source,
@@ -273,6 +296,7 @@ class ParityReport:
             "first_mismatched_layer": self.first_mismatched_layer,
             "modules": [m.to_dict() for m in self.modules],
             "first_divergent_module": self.first_divergent_module,
+            "narrowed": [dataclasses.asdict(n) for n in self.narrowed],
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             # The lead sentence and the sections as the text, Markdown and HTML renderings show them.
             "summary": self.summary,

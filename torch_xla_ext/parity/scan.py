@@ -22,7 +22,7 @@ import torch
 
 from torch_xla_ext._compat import scan as _scan
 from torch_xla_ext._compat.pytree import keystr, tree_flatten_with_path
-from torch_xla_ext.parity import api, pipeline, wording
+from torch_xla_ext.parity import api, frontends, pipeline, wording
 from torch_xla_ext.parity.casts import torch_dtype
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError
 from torch_xla_ext.parity.record import ScanRecord
@@ -67,6 +67,7 @@ def scan_layers(
     reference_layers: Sequence[Any] | None = None,
     seed: int = 0,
     rules: str = "auto",
+    frontend: str = "torch_xla",
 ) -> ParityReport:
     """Checks ``torch_xla.experimental.scan_layers(layers, x)`` against a loop, per layer.
 
@@ -78,7 +79,9 @@ def scan_layers(
     beyond the tolerances, or when XLA leaves CPU eager for a reason other than rounding;
     ``first_divergent_layer`` is the first such layer (None when there is none), and the verdict
     is FAIL if the final output fails or a layer diverges. ``first_mismatched_layer`` is the
-    first layer failing the comparator, whatever the cause.
+    first layer failing the comparator, whatever the cause. ``frontend``: only "torch_xla" has a
+    scan of layers to check; "torchax" raises ParityError saying what to run instead (an unknown
+    one, UnknownFrontendError).
 
     Example:
         >>> import torch
@@ -87,6 +90,10 @@ def scan_layers(
         >>> r.first_divergent_layer is None
         True
     """
+    if not frontends.of(frontend).scans:
+        raise ParityError(f"frontend: scan_layers checks torch_xla's scan_layers, which {frontend} does not have; "
+                          f"check the stack with verify(torch.nn.Sequential(*layers), (x,), frontend={frontend!r}, "
+                          f"localize=True) for each layer's own error")
     layers = list(layers) if isinstance(layers, (list, tuple, torch.nn.ModuleList, torch.nn.Sequential)) else None
     if not layers or not all(isinstance(l, torch.nn.Module) for l in layers):
         raise ParityError("layers: expected a non-empty sequence of nn.Module")
@@ -103,7 +110,7 @@ def scan_layers(
                               f"floating-point tensor, got {type(x).__name__}")
     ScannedStack, LoopStack = _stack_modules()
     r = api.request(ScannedStack(layers), (x,), dtype=dtype, rtol=rtol, atol=atol, reference=LoopStack(ref_layers),
-                    seed=seed, rules=rules)
+                    seed=seed, rules=rules, frontend=frontend)
     stages = api.verify_stages(r) + [per_layer.stage(layers, ref_layers, x)]
     return _report(pipeline.run(r, stages, record=ScanRecord(r)))
 

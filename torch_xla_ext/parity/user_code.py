@@ -56,3 +56,81 @@ def user_rng_preserved():
         finally:
             if xm is not None:
                 xm.set_rng_state(xla_state)
+
+
+# The packages whose frames are never the model's code: the model runs through them.
+_LIBRARIES = ("torch", "torch_xla", "torchax", "jax", "jaxlib", "torch_xla_ext")
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import importlib.util
+    import os
+    import sysconfig
+
+    dirs = [sysconfig.get_paths()["stdlib"]]
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            dirs.append(os.path.dirname(spec.origin))
+    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+
+
+_LIBRARY_DIRS: tuple[str, ...] | None = None
+
+
+def site(frames: list[tuple[Any, int]], modules: dict[int, str]) -> tuple[str | None, str | None, str | None]:
+    """(module path, "file:line", the line's text) of a stack given innermost frame first: the
+    innermost frame outside torch, torch_xla, torchax, JAX, this package and the standard library
+    is the model's line; the innermost frame whose ``self`` is one of ``modules`` ({id(submodule):
+    path}) names the module. None for what no frame gives.
+
+    Example:
+        >>> import sys
+        >>> site([(sys._getframe(), 1)], {})[0] is None
+        True
+    """
+    import linecache
+    import os
+
+    global _LIBRARY_DIRS
+    if _LIBRARY_DIRS is None:
+        _LIBRARY_DIRS = _library_dirs()
+    module = source = text = None
+    for frame, lineno in frames:
+        filename = frame.f_code.co_filename
+        if source is None and not filename.startswith("<") and not os.path.realpath(filename).startswith(_LIBRARY_DIRS):
+            source = f"{filename}:{lineno}"
+            text = linecache.getline(filename, lineno).strip() or None
+        if module is None:
+            owner = frame.f_locals.get("self")
+            if owner is not None and id(owner) in modules:
+                module = modules[id(owner)]
+        if source is not None and module is not None:
+            break
+    return module, source, text
+
+
+def live_frames(frame: Any) -> list[tuple[Any, int]]:
+    """A live frame and its callers as (frame, line), innermost first."""
+    out = []
+    while frame is not None:
+        out.append((frame, frame.f_lineno))
+        frame = frame.f_back
+    return out
+
+
+def traceback_frames(error: BaseException) -> list[tuple[Any, int]]:
+    """(frame, line) of an exception's traceback and of the exceptions it was raised from, innermost
+    first."""
+    out: list[tuple[Any, int]] = []
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        tb, frames = e.__traceback__, []
+        while tb is not None:
+            frames.append((tb.tb_frame, tb.tb_lineno))
+            tb = tb.tb_next
+        out = frames[::-1] + out
+        e = e.__cause__ or e.__context__
+    return out

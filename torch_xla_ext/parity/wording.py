@@ -25,15 +25,20 @@ from torch_xla_ext.parity.causes import MATH_NOISE_FRACTION, REASSOCIATION_FACTO
 from torch_xla_ext.parity.program import rules as _rules
 from torch_xla_ext.parity.program.stablehlo import RoundingPoint
 from torch_xla_ext.parity.report import (MATMUL_PRECISION, REAL_DIFFERENCE, REASSOCIATION, ROUNDING_PLACEMENT,
-                                         UNEXPLAINED, ModuleParity, OutputParity, ParityReport, Verdict)
+                                         UNEXPLAINED, X64_OFF, ModuleParity, Narrowed, OutputParity, ParityReport,
+                                         Verdict)
 
-__all__ = ["ExplanationParts", "describe_rounding", "device_caveat", "exception_words", "explain", "explain_parts",
-           "lead", "modules_words", "nondeterminism_words", "rules_words", "shapes_words"]
+__all__ = ["X64_FIX", "ExplanationParts", "describe_rounding", "device_caveat", "exception_words", "explain", "explain_parts",
+           "lead", "modules_words", "narrowed_words", "nondeterminism_words", "rules_words", "shapes_words"]
 
 # Most severe first: the cause the lead sentence names when outputs differ for several.
-_SEVERITY = (REAL_DIFFERENCE, UNEXPLAINED, MATMUL_PRECISION, REASSOCIATION, ROUNDING_PLACEMENT)
+_SEVERITY = (X64_OFF, REAL_DIFFERENCE, UNEXPLAINED, MATMUL_PRECISION, REASSOCIATION, ROUNDING_PLACEMENT)
 # The setting that changes a device's matmul precision (recorded in each dot's precision_config).
 SETTING = "torch_xla.backends.set_mat_mul_precision"
+# What turns JAX's x64 mode on for torchax, and what it costs (the x64 cause's fix).
+X64_FIX = ("call torchax.enable_accuracy_mode() or jax.config.update(\"jax_enable_x64\", True) before the run "
+           "(64-bit tensors then take twice the memory and bandwidth, a TPU computes float64 in software, and "
+           "enable_accuracy_mode also sets JAX's default matmul precision to highest)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +98,29 @@ def rules_words(rules: str, source: str) -> str:
     device, how = _rule_words(rules, "each dot's device", "as its own precision_config asks")
     return (f"The rounded replay applied the {rules} rules ({device} computes f32 dots and convolutions {how}), "
             f"{source if source != 'given' else 'as given'}.")
+
+
+def narrowed_words(narrowed: Sequence[Narrowed], limit: int = 3) -> str:
+    """Where the run computed float64 as float32 (and int64 as int32): how many torch calls, and the
+    first ``limit`` distinct lines of the model (their torch calls, the module, "file:line" and the
+    line's text)."""
+    words = []
+    for dtype, narrow in (("float64", "float32"), ("int64", "int32")):
+        ns = [n for n in narrowed if n.dtype == dtype]
+        if not ns:
+            continue
+        lines: dict[tuple, list[str]] = {}
+        for n in ns:
+            lines.setdefault((n.module, n.source, n.source_line), []).append(n.op)
+        sites = []
+        for (module, source, text), ops in list(lines.items())[:limit]:
+            where = f" in {module or '<root>'}" if module is not None else ""
+            at = f" at {source}" + (f" `{text}`" if text else "") if source else ""
+            sites.append(f"{', '.join(dict.fromkeys(ops))}{where}{at}")
+        more = len(lines) - limit
+        words.append(f"{dtype} as {narrow} in {len(ns)} torch call(s): {'; '.join(sites)}"
+                     + (f"; and {more} more line(s)" if more > 0 else ""))
+    return " and ".join(words)
 
 
 def _golden(outputs: Sequence[OutputParity]) -> str:
@@ -223,6 +251,16 @@ def explain_parts(report: ParityReport, subject: str | None = None) -> Explanati
             f"(summation order of dots and reductions, FMA contraction, approximations of transcendentals). "
             f"Compare against the fp64 golden with a tolerance of about "
             f"{_fmt(2 * max(w.xla_error, w.cpu_error))} rather than against CPU eager bit for bit.")
+    if X64_OFF in by_cause:
+        os_ = by_cause[X64_OFF]
+        w = max(os_, key=lambda o: o.xla_error)
+        parts.append(
+            f"JAX's x64 mode off explains output(s) {_names(os_)}: with jax_enable_x64 off (JAX's default) torchax "
+            f"computes {narrowed_words(report.narrowed)}. XLA's greatest error against the fp64 golden, "
+            f"{_fmt(w.xla_error)}, is more than {REASSOCIATION_FACTOR:g}x CPU eager's ({_fmt(w.cpu_error)}), while "
+            f"the same forward traced with x64 on (torch's own dtypes), replayed under the same rules, errs by "
+            f"{_fmt(w.wide_error or 0.0)}, within {REASSOCIATION_FACTOR:g}x of CPU eager: the narrowing is the "
+            f"difference, not the lowering. To keep float64, {X64_FIX}.")
     if REAL_DIFFERENCE in by_cause:
         parts += _real_difference(report, by_cause[REAL_DIFFERENCE], exact_replay)
     if UNEXPLAINED in by_cause and not emulation.startswith("unavailable"):
@@ -298,6 +336,11 @@ def _advice(report: ParityReport) -> str:
         return "nothing to do" if verdict == Verdict.PASS else "no output differs from CPU eager bit for bit"
     causes = [c for c in _SEVERITY if any(o.cause == c for o in differing)]
     tol = _tolerance(outputs)
+    if causes[0] == X64_OFF:
+        w = max((o for o in differing if o.cause == X64_OFF), key=lambda o: o.xla_error)
+        return (f"the cause is JAX's x64 mode off: torchax computed {narrowed_words(report.narrowed, 1)}, so XLA's "
+                f"error against the fp64 golden is {_fmt(w.xla_error)} where CPU eager's is {_fmt(w.cpu_error)} "
+                f"and the same forward with x64 on replays to {_fmt(w.wide_error or 0.0)}: {X64_FIX}")
     if causes[0] == REAL_DIFFERENCE:
         real = [o for o in differing if o.cause == REAL_DIFFERENCE]
         if any(o.same_math is False for o in real):

@@ -20,7 +20,7 @@ from typing import Any
 from torch_xla_ext.parity.captures import Capture
 from torch_xla_ext.parity.pipeline import SKIPPED, Outcome, Stage
 from torch_xla_ext.parity.record import ProgramRun, RunRecord, XlaRun
-from torch_xla_ext.parity.stages import xla_run
+from torch_xla_ext.parity import frontends
 
 __all__ = ["HOOKED_RUN", "SECOND_RUN", "given", "hooked_run"]
 
@@ -31,7 +31,8 @@ def hooked_run(device: Any = None) -> Stage:
 
     def run(record: RunRecord) -> None:
         r = record.request
-        record.capture = xla_run.capture(r.fn, r.inputs, r.kwargs, r.dtype, r.seed, device, program=True)
+        record.capture = frontends.of(r.frontend).capture(r.fn, r.inputs, r.kwargs, r.dtype, r.seed, device,
+                                                          program=True)
         record.capture.info["model"] = type(r.fn).__name__
         record.device = record.capture.device_type
 
@@ -45,7 +46,7 @@ def _second_run(record: RunRecord) -> Outcome | None:
     if record.capture is not None:
         return SKIPPED
     r = record.request
-    record.capture = xla_run.capture(r.fn, r.inputs, r.kwargs, r.dtype, r.seed)
+    record.capture = frontends.of(r.frontend).capture(r.fn, r.inputs, r.kwargs, r.dtype, r.seed)
     record.capture.info["source"] = "a second XLA run (the rounded replay does not reproduce the run)"
     return None
 

@@ -57,7 +57,7 @@ def unfinished(record: RunRecord) -> ParityReport:
     """The report's figures and explanation, without its document (a caller that adds to the
     report, such as scan_layers' layers, finishes it)."""
     r = record.request
-    base = dict(dtype=r.dtype_name, rtol=r.rtol, atol=r.atol, seconds=_seconds(record),
+    base = dict(dtype=r.dtype_name, rtol=r.rtol, atol=r.atol, seconds=_seconds(record), frontend=r.frontend,
                 device=record.device or _device.current())
     if record.failure is not None:
         f = record.failure
@@ -90,7 +90,8 @@ def unfinished(record: RunRecord) -> ParityReport:
         hlo_text=program.text if program is not None else None, unrounded_replay=unrounded, reproduced=reproduced,
         rules=rules.name if rules is not None else "xla-cpu", rules_source=rules.source if rules is not None else "given",
         modules=modules.modules if modules is not None else (),
-        first_divergent_module=modules.first.name if modules is not None and modules.first else None, **base)
+        first_divergent_module=modules.first.name if modules is not None and modules.first else None,
+        narrowed=record.xla.wide.narrowed if record.xla.wide is not None else (), **base)
     words = [wording.explain(report)]
     if modules is not None:
         words.append(wording.modules_words(modules.modules, modules.first, modules.floor_ulps))

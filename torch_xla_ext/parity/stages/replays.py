@@ -44,7 +44,7 @@ from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.program.replay import Replay, unrounded_precision
 from torch_xla_ext.parity.program.rules import Rules, resolve
 from torch_xla_ext.parity.program.stablehlo import Program
-from torch_xla_ext.parity.record import Outputs, ProgramRun, Replayed, RunRecord
+from torch_xla_ext.parity.record import Outputs, ProgramRun, Replayed, RunRecord, WideProgram
 
 __all__ = ["COMPARE", "STAGE", "Compiled", "compare_outputs", "compile_replays", "replay_program", "reproduces",
            "start_early"]
@@ -102,7 +102,7 @@ def _compile(run: ProgramRun, cuts: Sequence[int], rules: str | Rules, device: s
 def start_early(record: RunRecord, run: ProgramRun, cuts: Sequence[int]) -> None:
     """The XLA run stage's ``early``: the replays' compile, started on the run's program before
     torch_xla compiles and executes it (both release the GIL)."""
-    record.early.start(_compile, run, list(cuts), record.request.rules, _device.current())
+    record.early.start(_compile, run, list(cuts), record.request.rules, record.device or _device.current())
 
 
 def replay_program(run: ProgramRun | None, compiled: Compiled | None, n_outputs: int,
@@ -171,6 +171,8 @@ def _replays(record: RunRecord) -> None:
                               [tuple(t.shape) for _, t in outputs], keep_args=r.explorer_dir is not None,
                               rules=r.rules, device=record.device)
     record.replayed = replayed
+    if record.xla.wide is not None and record.xla.wide.floats and replayed.rounded is not None:
+        replayed.wide, replayed.wide_status = _wide_replay(record.xla.wide, replayed)
     if record.recorder is not None:  # localize: the module tensors, when the replay reproduces the run
         captured, replayed.captured = replayed.captured, None
         record.capture = record.recorder.replayed(captured if reproduces(outputs, replayed) else None, outputs,
@@ -179,6 +181,21 @@ def _replays(record: RunRecord) -> None:
         record.recorder = None
         if record.capture is not None:
             record.capture.info["source"] = "the rounded replay (it reproduces the run's outputs within the bound)"
+
+
+def _wide_replay(wide: WideProgram, replayed: Replayed) -> tuple[list[np.ndarray] | None, str]:
+    """The rounded replay (under the rules the run's replay applied) of the run's program traced with
+    JAX's x64 mode on: what the run would give with float64 kept; or why it is unavailable."""
+    try:
+        program, _ = wide.program.programs()
+        replay = Replay(program, rounded=True, rules=replayed.rules)
+        values = replay(wide.program.args)
+        replayed.seconds["x64 replay"] = replay.seconds["compile"] + replay.seconds["run"]
+    except ReplayError as e:
+        return None, f"unavailable: {e}"
+    if len(values) != len(replayed.rounded):
+        return None, f"unavailable: the x64 program has {len(values)} results, the run {len(replayed.rounded)}"
+    return values, "ok"
 
 
 def compare_outputs(record: RunRecord) -> None:
@@ -214,7 +231,8 @@ def _compared(record: RunRecord) -> list:
         x, i = run[path], index[path]
         out.append(output_parity(path, x, c, golden[path], tol, replayed.rounded[i] if ran else None,
                                  replayed.exact[i] if ran else None, n,
-                                 replayed.xla_cpu[i] if ran and replayed.xla_cpu is not None else None))
+                                 replayed.xla_cpu[i] if ran and replayed.xla_cpu is not None else None,
+                                 replayed.wide[i] if ran and replayed.wide is not None else None))
     return out
 
 
