@@ -5,11 +5,11 @@ import os
 import subprocess
 import sys
 
-from torch_xla_ext import doctor
+import torch_xla_ext
 
 
 def run(*args: str, cwd: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(doctor.__file__)))
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(torch_xla_ext.__file__)))
     path = os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=path)
     return subprocess.run([sys.executable, "-m", "torch_xla_ext", "doctor", *args], cwd=cwd, env=env,
