@@ -267,3 +267,22 @@ def test_graph_breaks_accounts_a_current_torch_backend_without_torch_xla():
     assert report.recompiles == counters["stats"]["unique_graphs"] - first == explained.graph_count
     assert all("rank mismatch" in r["reason"] for r in report.recompile_reasons), report.recompile_reasons
     assert report.xla_partitions == report.compiles == 0  # nothing of torch_xla's ran
+
+
+def test_torchax_that_does_not_import_on_this_torch_is_refused_naming_why():
+    """torchax 0.0.13 is installed here but fails to import on torch 2.14.1 (its tables name
+    aten.prod.dim_Dimname, which torch 2.13 removed): every torchax feature is refused, naming the
+    import error torchax itself raises, the torch installed and what to install instead."""
+    from torch_xla_ext import _versions
+
+    try:
+        import torchax  # noqa: F401
+    except Exception as e:  # the oracle: torchax's own import, whatever it raises
+        raised = f"{type(e).__name__}: {e}"
+    else:
+        pytest.fail("torchax 0.0.13 imported on torch 2.14.1: the venv no longer tests the refusal")
+    for feature in ("export.torchax", "parity.torchax", "doctor.torchax", "trace.torchax"):
+        verdict, message = _versions.status(feature)
+        assert verdict == "refused", (feature, message)
+        assert raised in message and "torch 2.14.1" in message, message
+        assert "torch<=2.12.1" in message and "pip install 'torch-xla-ext[torchax]'" in message, message
