@@ -27,6 +27,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from torch_xla_ext import _dtypes
+from torch_xla_ext._compat import torchax as _torchax  # numpy and _dtypes at import, like this module
+
 __all__ = ["Lowering", "Reads", "compiled_forward", "eager", "lower", "platform", "seed", "to_cpu", "to_jax", "version",
            "x64_enabled", "x64_mode"]
 
@@ -160,9 +163,7 @@ def x64_enabled() -> bool:
 @contextlib.contextmanager
 def x64_mode() -> Iterator[None]:
     """JAX's x64 mode on for this thread, restored after (as ``_compat.torchax.x64``)."""
-    from torch_xla_ext._compat import torchax as _tx
-
-    with _tx.x64():
+    with _torchax.x64():
         yield
 
 
@@ -194,14 +195,14 @@ class _Inputs:
     def __init__(self, args: tuple, kwargs: dict):
         import torch
 
-        from torch_xla_ext._compat.pytree import tree_flatten
+        from torch_xla_ext._compat.pytree import tree_flatten  # torch: this module imports none at import
 
         self._leaves, self._spec = tree_flatten((tuple(args), dict(kwargs)))
         self._where = [i for i, v in enumerate(self._leaves) if isinstance(v, torch.Tensor)]
         self.tensors = [self._leaves[i] for i in self._where]
 
     def rebuild(self, tensors: Sequence[Any]) -> tuple[tuple, dict]:
-        from torch_xla_ext._compat.pytree import tree_unflatten
+        from torch_xla_ext._compat.pytree import tree_unflatten  # torch: this module imports none at import
 
         leaves = list(self._leaves)
         for i, t in zip(self._where, tensors):
@@ -296,7 +297,6 @@ def lower(model: Any, args: tuple, kwargs: dict, flatten: Callable[[Any], list],
     from torch.nn.utils.stateless import _reparametrize_module
     from torchax import interop
 
-    from torch_xla_ext import _dtypes
 
     env = _env()
     inputs = _Inputs(args, kwargs)

@@ -49,7 +49,7 @@ from torch_xla_ext.parity.leaves import float_leaves
 from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.program.replay import LazyArgs
 from torch_xla_ext.parity.record import ProgramRun, RunRecord, WideProgram, XlaRun
-from torch_xla_ext.parity.user_code import UserFailure, site, traceback_frames
+from torch_xla_ext.parity.user_code import UserFailure, call, site, traceback_frames
 from torch_xla_ext.parity.x64 import SixtyFourBit
 
 __all__ = ["DEVICE", "capture", "origin", "run_torchax", "stage"]
@@ -179,8 +179,6 @@ class _Eager(Exception):
 
 
 def _run_eager(stage: str) -> Callable[..., Any]:
-    from torch_xla_ext.parity.user_code import call
-
     return lambda m, a, k: call(stage, m, a, k)
 
 
