@@ -12,17 +12,12 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any, Callable
 
-import numpy as np
-import torch
-
 from torch_xla_ext import _versions
-from torch_xla_ext._compat import pytree
 from torch_xla_ext.doctor.sections.compiles import compiles_section
-from torch_xla_ext.doctor.sections.export import Reference, export_section
+from torch_xla_ext.doctor.sections.export import export_section
 from torch_xla_ext.doctor.sections.graph_breaks import graph_breaks_section
 from torch_xla_ext.doctor.sections.jax_call import jax_call_section
 from torch_xla_ext.doctor.sections.parity import parity_section
@@ -48,47 +43,12 @@ class Target:
     block: Any = None                # the embedded block (call_jax's section), None for --model
 
 
-def _torch_xla_reference(bundle: Any, model: Any, inputs: tuple, kwargs: dict) -> list[np.ndarray]:
-    """torch_xla's execution of the exported program (the same export)."""
-    from torch_xla_ext._compat import stablehlo as _shlo  # imports torch_xla: not for a torchax doctor
-
-    return _shlo.run_with_torch_xla(bundle.torch_xla_export.graph_module,
-                                    *pytree.tree_leaves((tuple(inputs), dict(kwargs))))
-
-
-def _torchax_reference(bundle: Any, model: Any, inputs: tuple, kwargs: dict) -> list[np.ndarray]:
-    """torchax's own run of the model: a copy moved to torchax's device, compiled as
-    ``torchax.compile`` compiles it (its public API), its tensor outputs read back in pytree order."""
-    import torchax  # the frontend's own stack; the gate checked it (doctor.torchax)
-
-    module = copy.deepcopy(model)  # outside torchax's environment: a copy of CPU storage
-    env = torchax.default_env()
-    with env, torch.no_grad():
-        module = module.to("jax")
-        a, k = env.to_xla((tuple(inputs), dict(kwargs)))
-        out = torchax.compile(module)(*a, **k)
-        return [t.torch().numpy() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-
-
-_TORCH_XLA = Reference(
-    "torch_xla", _torch_xla_reference,
-    "JAX's XLA and torch_xla's are two builds whose Eigen contraction kernels sum large dots\n"
-    "and convolutions in different orders: the comparison reports ULPs and passes within\n"
-    "float32 tolerance (docs/export.md, \"Bit-equality\").")
-_TORCHAX = Reference(
-    "torchax", _torchax_reference,
-    "Both run on JAX's XLA, from two lowerings of torchax's (torch.export's graph for the bundle,\n"
-    "the module's own ops for `torchax.compile`), so they may differ in the last bits: the comparison\n"
-    "reports ULPs and passes within float32 tolerance.")
-
-
 def _torch_xla(t: Target, out_dir: str, steps: int, progress: Callable[[str], None]) -> list[Step]:
     if t.block is not None and not _versions.available("jax_call"):
         t.name = t.name.replace("call_jax gate, ", "") + "; the call_jax gate left out: jax_call cannot run here"
     plan: list[Step] = [
         ("parity", lambda: parity_section(t.model_fn, t.inputs, t.kwargs, out_dir, frontend="torch_xla")),
-        ("export", lambda: export_section(t.export_fn(), t.inputs, t.kwargs, out_dir, frontend="torch_xla",
-                                          reference=_TORCH_XLA)),
+        ("export", lambda: export_section(t.export_fn(), t.inputs, t.kwargs, out_dir, frontend="torch_xla")),
     ]
     if t.block is not None:
         plan.append(("call_jax", lambda: jax_call_section(t.block, t.inputs)))
@@ -102,8 +62,7 @@ def _torchax(t: Target, out_dir: str, steps: int, progress: Callable[[str], None
     t.name += " under torchax"
     return [
         ("parity", lambda: parity_section(t.model_fn, t.inputs, t.kwargs, out_dir, frontend="torchax")),
-        ("export", lambda: export_section(t.export_fn(), t.inputs, t.kwargs, out_dir, frontend="torchax",
-                                          reference=_TORCHAX)),
+        ("export", lambda: export_section(t.export_fn(), t.inputs, t.kwargs, out_dir, frontend="torchax")),
         ("compiles", lambda: compiles_section(t.spec, out_dir, steps)),
     ]
 

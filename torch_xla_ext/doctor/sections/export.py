@@ -4,6 +4,7 @@ execution of the same export, or torchax's run of the model) and eager CPU PyTor
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import traceback
@@ -12,11 +13,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from torch_xla_ext import _frontend
 from torch_xla_ext._compat import pytree
 from torch_xla_ext.doctor.report import SectionFailed
 from torch_xla_ext.errors import first_line
 
-__all__ = ["Reference", "export_section"]
+__all__ = ["REFERENCES", "Reference", "export_section"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,10 +31,48 @@ class Reference:
     why_not_bit_equal: str  # the report's words on why the two runs may differ in the last bits
 
 
-def export_section(model, inputs, kwargs, out_dir, *, frontend: str, reference: Reference) -> tuple[str, str, dict]:
+def _torch_xla_reference(bundle: Any, model: Any, inputs: tuple, kwargs: dict) -> list[np.ndarray]:
+    """torch_xla's execution of the exported program (the same export)."""
+    from torch_xla_ext._compat import stablehlo as _shlo  # imports torch_xla: not for a torchax doctor
+
+    return _shlo.run_with_torch_xla(bundle.torch_xla_export.graph_module,
+                                    *pytree.tree_leaves((tuple(inputs), dict(kwargs))))
+
+
+def _torchax_reference(bundle: Any, model: Any, inputs: tuple, kwargs: dict) -> list[np.ndarray]:
+    """torchax's own run of the model: a copy moved to torchax's device, compiled as
+    ``torchax.compile`` compiles it (its public API), its tensor outputs read back in pytree order."""
+    import torchax  # the frontend's own stack; the gate checked it (doctor.torchax)
+
+    module = copy.deepcopy(model)  # outside torchax's environment: a copy of CPU storage
+    env = torchax.default_env()
+    with env, torch.no_grad():
+        module = module.to("jax")
+        a, k = env.to_xla((tuple(inputs), dict(kwargs)))
+        out = torchax.compile(module)(*a, **k)
+        return [t.torch().numpy() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+_TORCH_XLA = Reference(
+    "torch_xla", _torch_xla_reference,
+    "JAX's XLA and torch_xla's are two builds whose Eigen contraction kernels sum large dots\n"
+    "and convolutions in different orders: the comparison reports ULPs and passes within\n"
+    "float32 tolerance (docs/export.md, \"Bit-equality\").")
+_TORCHAX = Reference(
+    "torchax", _torchax_reference,
+    "Both run on JAX's XLA, from two lowerings of torchax's (torch.export's graph for the bundle,\n"
+    "the module's own ops for `torchax.compile`), so they may differ in the last bits: the comparison\n"
+    "reports ULPs and passes within float32 tolerance.")
+
+# The frontend's own run of what it exported, by frontend (one entry per _frontend.FRONTENDS).
+REFERENCES: dict[str, Reference] = {"torch_xla": _TORCH_XLA, "torchax": _TORCHAX}
+
+
+def export_section(model, inputs, kwargs, out_dir, *, frontend: str = _frontend.DEFAULT) -> tuple[str, str, dict]:
     # each section imports its components: one this stack refuses is that section's finding
     from torch_xla_ext import export, numerics
 
+    reference = REFERENCES[_frontend.check(frontend)]
     bundle = export.export(model, inputs, kwargs, frontend=frontend)
     bundle_dir = os.path.join(out_dir, "bundle")
     bundle.save(bundle_dir)

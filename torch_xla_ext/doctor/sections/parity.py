@@ -7,13 +7,13 @@ import os
 
 import torch
 
-from torch_xla_ext import _plot
+from torch_xla_ext import _frontend, _plot
 from torch_xla_ext.doctor.report import SectionFailed
 
 __all__ = ["parity_section"]
 
 
-def parity_section(model_fn, inputs, kwargs, out_dir, *, frontend: str) -> tuple[str, str, dict]:
+def parity_section(model_fn, inputs, kwargs, out_dir, *, frontend: str = _frontend.DEFAULT) -> tuple[str, str, dict]:
     # each section imports its component: one this stack refuses is that section's finding
     from torch_xla_ext import parity
 

@@ -80,10 +80,12 @@ def diff(new: Signature, old: Signature) -> tuple[int, list[dict[str, Any]]]:
 def nearest(sig: Signature, history: Sequence[tuple[int, int, Signature]]) -> tuple[int, int, list[dict[str, Any]]]:
     """(k, call, changes) of the earlier signature nearest to ``sig`` among ``history`` ((k, call,
     signature), oldest first; not empty): JAX 0.7's closest key, the latest on a tie."""
+    if not history:
+        raise ValueError("nearest: no earlier signature to compare with")
     best: tuple[int, int, int, list[dict[str, Any]]] | None = None
     for k, call, old in history:
         size, changes = diff(sig, old)
         if best is None or size <= best[0]:
             best = (size, k, call, changes)
-    assert best is not None
-    return best[1], best[2], best[3]
+    _, k, call, changes = best  # type: ignore[misc]  # history is not empty
+    return k, call, changes
