@@ -182,7 +182,7 @@ def test_the_base_install_names_the_xla_install_line_once():
             return real(name)
         md.version = version
         from torch_xla_ext import _versions
-        print(_versions.refusal("doctor").replace("\\n", " / "))
+        print(_versions.refusal("doctor.torch_xla").replace("\\n", " / "))
         print("graph_breaks |", _versions.refusal("graph_breaks").replace("\\n", " / "))
     """)
     assert r.returncode == 0, r.stderr
