@@ -79,8 +79,9 @@ class DoctorBlock(torch.nn.Module):
             h = h + 0.01 * torch.digamma(h.abs() + 1)  # no XLA lowering: a CPU fallback
         out = x + h
         if self.all_reduce:
-            if out.device.type == "xla" or torch.compiler.is_compiling():
-                # torch_xla's collectives, only on its device: the block also runs where torch_xla is absent.
+            if out.device.type == "xla" or (torch.compiler.is_compiling() and _versions.available("collectives")):
+                # torch_xla's collectives, only on its device or traced where torch_xla is installed: the
+                # block also runs where torch_xla is absent (torchax on a stack without it).
                 from torch_xla_ext import collectives
 
                 # XLA:CPU has no bf16 all-reduce, so reduce in fp32 (exact at world size 1).

@@ -38,6 +38,7 @@ from typing import Any
 
 
 from torch_xla_ext import _dtypes
+from torch_xla_ext._compat import jax_mlir
 from torch_xla_ext._ext import parity as _core
 from torch_xla_ext._mlir_graph import dot_dimensions
 from torch_xla_ext.parity.errors import ReplayError
@@ -76,7 +77,7 @@ class Rewriter:
     def target(self, t: Any) -> Any | None:
         """The replay's type for a value of type ``t``, or None when it keeps ``t``."""
         ir = self.ir
-        if not ir.RankedTensorType.isinstance(t):
+        if not jax_mlir.isa(t, ir.RankedTensorType):
             return None
         rt = ir.RankedTensorType(t)
         et = str(rt.element_type)
@@ -113,7 +114,7 @@ class Rewriter:
                 continue
             if is_main and self.widens_inside:  # callers pass the original dtypes; widen once at the entry (exact)
                 c = self.convert(a, t, first)
-                a.replace_all_uses_except(c, c.owner)
+                a.replace_all_uses_except(c, c.owner.operation)
             else:
                 # The f64 replay's main takes f64 arguments (Replay.__call__ widens them, exactly):
                 # widened inside, XLA schedules every weight's f64 copy first and keeps them all
@@ -154,7 +155,7 @@ class Rewriter:
                 op = fg.ops[p.op]
                 r = op.results[p.result]
                 rounded = self.round(r, p.element_type, fg.next_op[p.op])
-                r.replace_all_uses_except(rounded, rounded.owner)
+                r.replace_all_uses_except(rounded, rounded.owner.operation)
                 for user, operand in p.unrounded_uses:  # excess precision: these read it unrounded
                     fg.ops[user].operands[operand] = r
         if self.rounded and self.rules.rounds_matmuls:
@@ -180,7 +181,7 @@ class Rewriter:
             t = self.target(r.type)
             if t is not None:
                 c = self.convert(r, t, fg.next_op[index])
-                r.replace_all_uses_except(c, c.owner)
+                r.replace_all_uses_except(c, c.owner.operation)  # an Operation: newer jaxlibs give OpViews
 
 
 def apply_rules(fg: FunctionGraph, rules: Rules, erased: set[int]) -> Counter:
@@ -393,7 +394,7 @@ def with_intermediates(module: Any) -> list[tuple[str, int]]:
         if op.name in ("stablehlo.constant",) or len(op.results) != 1:
             continue
         r = op.results[0]
-        if ir.RankedTensorType.isinstance(r.type) and str(ir.RankedTensorType(r.type).element_type) in (
+        if jax_mlir.isa(r.type, ir.RankedTensorType) and str(ir.RankedTensorType(r.type).element_type) in (
                 "bf16", "f16", "f32", "f64"):
             added.append(r)
             names.append((location_name(op.location) or f"%{k}", k))
