@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from torch_xla_ext._compat import stablehlo as _shlo
@@ -27,7 +26,7 @@ from torch_xla_ext.export.bundle import Bundle, from_torch_xla
 from torch_xla_ext.export.errors import ExportLoweringError
 from torch_xla_ext.export.leaves import user_leaves
 from torch_xla_ext.export.options import ExportOptions
-from torch_xla_ext.export.view_rewrite import VIEW_REWRITE, views_as_reshapes
+from torch_xla_ext.export.view_rewrite import with_views_as_reshapes
 
 __all__ = ["EMPTY_DIMS_REWRITE", "FEATURE", "FRONTEND", "export", "reductions_over_all_dims"]
 
@@ -121,16 +120,7 @@ def _to_torch_xla(ep, options: ExportOptions):
             transforms.append(f"{EMPTY_DIMS_REWRITE}({len(reductions)} reductions, after decompositions)")
         return tx, transforms
 
-    try:
-        return run(ep, [])
-    except (RuntimeError, ValueError) as e:
-        if not _shlo.is_unviewable_view_error(e):
-            raise
-        fixed = copy.deepcopy(ep)  # the caller's program (or ours) stays as it was
-        rewritten = views_as_reshapes(fixed.graph_module)
-        if not rewritten:
-            raise
-        return run(fixed, [f"{VIEW_REWRITE}({len(rewritten)} views, before decompositions)"])
+    return with_views_as_reshapes(run, ep)
 
 
 # Reductions whose `dim=[]` means every dimension in PyTorch (sum(x, []) is x.sum()) but no

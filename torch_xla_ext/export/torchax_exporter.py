@@ -29,7 +29,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from torch_xla_ext._compat import stablehlo as _shlo
@@ -42,7 +41,7 @@ from torch_xla_ext.export.errors import ExportLoweringError
 from torch_xla_ext.export.leaves import user_leaves
 from torch_xla_ext.export.manifest import dtype_name
 from torch_xla_ext.export.options import ExportOptions
-from torch_xla_ext.export.view_rewrite import VIEW_REWRITE, views_as_reshapes
+from torch_xla_ext.export.view_rewrite import with_views_as_reshapes
 
 __all__ = ["FEATURE", "FRONTEND", "export"]
 
@@ -121,16 +120,7 @@ def _decomposed(ep: Any) -> tuple[Any, list[str]]:
     """torchax's decompositions of the program, and the manifest's record of a rewrite: when
     torch.export's decompositions make a view inexpressible, again with the views as reshapes
     (export/view_rewrite.py), as for torch_xla's exporter."""
-    try:
-        return _tx.decompose(ep), []
-    except (RuntimeError, ValueError) as e:
-        if not _shlo.is_unviewable_view_error(e):
-            raise
-        fixed = copy.deepcopy(ep)  # the caller's program (or ours) stays as it was
-        rewritten = views_as_reshapes(fixed.graph_module)
-        if not rewritten:
-            raise
-        return _tx.decompose(fixed), [f"{VIEW_REWRITE}({len(rewritten)} views, before decompositions)"]
+    return with_views_as_reshapes(lambda program, transforms: (_tx.decompose(program), transforms), ep)
 
 
 def _all_reduces(program: Any) -> list[str]:

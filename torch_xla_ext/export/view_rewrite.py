@@ -16,10 +16,15 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import operator
-from typing import Any
+from typing import Any, Callable, TypeVar
 
-__all__ = ["VIEW_REWRITE", "views_as_reshapes"]
+from torch_xla_ext._compat import stablehlo as _shlo
+
+__all__ = ["VIEW_REWRITE", "views_as_reshapes", "with_views_as_reshapes"]
+
+_T = TypeVar("_T")
 
 VIEW_REWRITE = "aten.view->aten.reshape"
 
@@ -86,3 +91,19 @@ def _nodes_aliasing_a_write(graph) -> set:
                 written.append(value)
     roots = {find(w) for w in written}
     return {n for n in graph.nodes if find(n) in roots}
+
+
+def with_views_as_reshapes(lower: Callable[[Any, list[str]], _T], ep: Any) -> _T:
+    """``lower(ep, [])``; when torch.export's decompositions (run inside ``lower``) make a view
+    inexpressible, ``lower`` again on a copy of ``ep`` whose views are reshapes, its list holding
+    the manifest's record of the rewrite. The caller's program stays as it was."""
+    try:
+        return lower(ep, [])
+    except (RuntimeError, ValueError) as e:
+        if not _shlo.is_unviewable_view_error(e):
+            raise
+        fixed = copy.deepcopy(ep)
+        rewritten = views_as_reshapes(fixed.graph_module)
+        if not rewritten:
+            raise
+        return lower(fixed, [f"{VIEW_REWRITE}({len(rewritten)} views, before decompositions)"])

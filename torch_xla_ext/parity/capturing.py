@@ -28,7 +28,7 @@ from torch_xla_ext.parity.errors import ParityError, ParityTypeError
 from torch_xla_ext.parity.leaves import tensor_leaves
 from torch_xla_ext.parity.user_code import call
 
-__all__ = ["BlockValues", "Recorder", "record_calls", "repeated_blocks"]
+__all__ = ["BlockValues", "Recorder", "keep_program", "record_calls", "repeated_blocks"]
 
 
 def _module_path_depth(path: str) -> int:
@@ -228,6 +228,17 @@ class Recorder:
         info, name, device_type = self._origin(device)
         return Capture(calls, dict(outputs), str(dtype).removeprefix("torch.") if dtype else "input dtypes",
                        name, info, device_type=device_type)
+
+
+def keep_program(cap: Capture, program: Any) -> None:
+    """The program a run's device ran (a ``ProgramRun`` or None) into ``cap``: its proto and
+    arguments, or, where it could not be kept, why (``cap.info["program"]``)."""
+    if program is None:
+        return
+    if program.proto is not None:
+        cap.program, cap.program_args = program.proto, list(program.args)
+    else:
+        cap.info["program"] = program.error
 
 
 def torch_xla_origin(device: Any) -> tuple[dict[str, str], str, str]:

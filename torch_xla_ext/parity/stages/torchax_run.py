@@ -231,11 +231,7 @@ def capture(model: Any, inputs: tuple, kwargs: dict, dtype: Any, seed: int, devi
     cap.info["frontend"] = "torchax"
     if run.how is not None:
         cap.info["run"] = run.how
-    if run.program is not None:
-        if run.program.proto is not None:
-            cap.program, cap.program_args = run.program.proto, list(run.program.args)
-        else:
-            cap.info["program"] = run.program.error
+    capturing.keep_program(cap, run.program)
     del run
     return cap
 

@@ -115,11 +115,7 @@ def capture(model: Any, inputs: tuple, kwargs: dict, dtype: Any, seed: int, devi
     recorder = capturing.Recorder()
     run = run_xla(model, inputs, kwargs, dtype, seed, program, run=recorder, device=device, stage="XLA capture")
     cap = recorder.capture(run.outputs, dtype, device)
-    if run.program is not None:
-        if run.program.proto is not None:
-            cap.program, cap.program_args = run.program.proto, list(run.program.args)
-        else:
-            cap.info["program"] = run.program.error
+    capturing.keep_program(cap, run.program)
     del run
     return cap
 
