@@ -29,15 +29,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
+import traced_worker  # bench/ (this script's folder) is on sys.path
+
 # n_layer, n_embd, n_head, vocab, sequence length, batch: bench/trace_bench.py's "tiny"
 TINY = (2, 128, 4, 2048, 64, 4)
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 
 def worker(out: str, warmup: int, calls: int, tiny_calls: int) -> None:
@@ -113,23 +112,10 @@ def worker(out: str, warmup: int, calls: int, tiny_calls: int) -> None:
 
 def _run(kind: str, args: argparse.Namespace, tmp: str, i: int) -> dict:
     out = os.path.join(tmp, f"{kind}-{i}.json")
-    command = [sys.executable, os.path.abspath(__file__), "--worker", out, "--warmup", str(args.warmup),
-               "--calls", str(args.calls), "--tiny-calls", str(args.tiny_calls)]
-    if kind == "traced":
-        command = [sys.executable, "-m", "torch_xla_ext", "trace", "--out", os.path.join(tmp, f"trace-{i}"), "--",
-                   *command]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    t0 = time.perf_counter()
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{kind} run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    with open(out) as f:
-        d = json.load(f)
-    d["wall_s"] = wall
-    return d
-
+    worker = [sys.executable, os.path.abspath(__file__), "--worker", out, "--warmup", str(args.warmup),
+              "--calls", str(args.calls), "--tiny-calls", str(args.tiny_calls)]
+    return traced_worker.run(kind, worker, out, os.path.join(tmp, f"trace-{i}"),
+                             env_defaults={"JAX_PLATFORMS": "cpu"}, timeout=args.timeout)
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
