@@ -27,7 +27,7 @@ def compiles_section(model_spec: str, out_dir: str, steps: int) -> tuple[str, st
     report = trace_report.read_report(os.path.join(trace_dir, "report.json"))
     fns = report.functions
     compiled = sum(f.compiles for f in fns)
-    op_by_op = [g for g in report.op_by_op]
+    op_by_op = report.op_by_op
     parts = [f"{compiled} compile(s) of {len(fns)} compiled function(s) over {steps} call(s)"]
     parts += [f"{f.name}: {f.steady}" for f in fns if f.steady]
     if op_by_op:
