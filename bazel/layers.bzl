@@ -26,6 +26,8 @@ TXE_PY_LAYERS = [
     ("_cache", ["_cache.py"], []),
     ("_html", ["_html.py"], []),
     ("_plot", ["_plot.py"], []),
+    # Chrome trace events laid out so that complete events nest on each thread (both timelines).
+    ("_chrome_trace", ["_chrome_trace.py"], []),
     ("_device", ["_device.py"], ["errors"]),
     ("_factory", ["_factory.py"], ["errors"]),
     # Dynamo's, AOTAutograd's and the openxla bridge's events as typed values: what graph_breaks'
@@ -50,9 +52,9 @@ TXE_PY_LAYERS = [
     ("collectives", ["collectives.py"], ["_compat", "_dtypes", "_ext", "_versions", "errors"]),
     ("jax_call", ["jax_call.py"], ["_cache", "_compat", "_dtypes", "_ext", "_versions", "errors"]),
     ("export", ["export/**/*.py"], ["_cache", "_compat", "_dtypes", "_ext", "_frontend", "_json", "_mlir_graph", "_mlir_text", "_validation", "_versions", "errors"]),
-    ("graph_breaks", ["graph_breaks/**/*.py"], ["_compat", "_device", "_dynamo_events", "_ext", "_factory", "_html", "_json", "_plot", "_validation", "_versions", "errors"]),
+    ("graph_breaks", ["graph_breaks/**/*.py"], ["_chrome_trace", "_compat", "_device", "_dynamo_events", "_ext", "_factory", "_html", "_json", "_plot", "_validation", "_versions", "errors"]),
     # The script trace: its recorder runs inside the user's processes (Dynamo's half through graph_breaks' watch).
-    ("trace", ["trace/**/*.py"], ["_compat", "_dtypes", "_dynamo_events", "_ext", "_html", "_json", "_validation", "_versions", "errors", "graph_breaks"]),
+    ("trace", ["trace/**/*.py"], ["_chrome_trace", "_compat", "_dtypes", "_dynamo_events", "_ext", "_html", "_json", "_validation", "_versions", "errors", "graph_breaks"]),
     ("parity", ["parity/**/*.py"], ["_compat", "_device", "_dtypes", "_ext", "_frontend", "_html", "_json", "_mlir_graph", "_mlir_text", "_plot", "_validation", "_versions", "errors", "numerics"]),
     # Composition and the command line.
     ("doctor", ["doctor/**/*.py"], ["_compat", "_device", "_factory", "_frontend", "_json", "_plot", "_versions", "collectives", "errors", "export", "graph_breaks", "jax_call", "numerics", "parity", "trace"]),

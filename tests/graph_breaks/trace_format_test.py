@@ -173,3 +173,33 @@ def test_artifact_records_carry_the_compile_id_and_unparsable_ids_stay_in_the_su
     assert (per_compile[0]["frame_id"], per_compile[0]["frame_compile_id"]) == (3, 1)  # torch's own fields
     (summary,) = [json.loads(p) for m, p in got if m["artifact"]["name"] == tlparse.SUMMARY_ARTIFACT]
     assert summary["compile_ids"] == ["3/1"] and set(summary["unplaced"]) == {"not-an-id"}
+
+
+def test_overlapping_slices_go_on_a_further_lane_of_their_thread():
+    """torch_xla executes asynchronously: one graph's execution can start before the previous one
+    has ended (a CI run saw execute [2083536.192, +1019.072] and [2084321.212, +264.516] on one
+    thread). Such slices must land on a second lane, nesting ones stay, nothing is lost."""
+    from torch_xla_ext._chrome_trace import nest_on_threads
+
+    meta = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "rank 0"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "xla execute"}},
+            {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": 1, "args": {"sort_index": 1}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "dynamo compile"}}]
+    slices = [("execute", 1, 2083536.192, 1019.072), ("execute", 1, 2084321.212, 264.516),
+              ("execute", 1, 2084400.0, 100.0), ("execute", 1, 2084600.0, 10.0),
+              ("frame", 2, 10.0, 50.0), ("inner", 2, 20.0, 5.0), ("next", 2, 60.0, 5.0)]
+    events = meta + [{"ph": "X", "name": n, "pid": 1, "tid": t, "ts": ts, "dur": d} for n, t, ts, d in slices]
+    events.append({"ph": "i", "s": "t", "name": "mark", "pid": 1, "tid": 1, "ts": 2084321.5})
+    with pytest.raises(AssertionError, match="overlaps"):
+        slices_of({"traceEvents": events})  # the validator rejects what we were writing
+    rows = slices_of({"traceEvents": nest_on_threads(events)})
+    # Every slice is still there, unchanged but for its lane.
+    assert sorted((r["name"], r["ts"], r["dur"]) for r in rows if r["ph"] == "X") == sorted(
+        (n, ts, d) for n, _, ts, d in slices)
+    lane = {(r["name"], r["ts"]): r["thread"] for r in rows}
+    assert lane[("execute", 2083536.192)] == "xla execute"
+    assert lane[("execute", 2084321.212)] == "xla execute (2)"
+    assert lane[("execute", 2084400.0)] == "xla execute"  # nests in the first: the first lane takes it
+    assert lane[("execute", 2084600.0)] == "xla execute"  # after the first ended: back on the first lane
+    assert {lane[(n, ts)] for n, t, ts, _ in slices if t == 2} == {"dynamo compile"}  # nesting kept
+    assert lane[("mark", 2084321.5)] == "xla execute"

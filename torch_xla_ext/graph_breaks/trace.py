@@ -33,6 +33,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from torch_xla_ext import _json
+from torch_xla_ext._chrome_trace import nest_on_threads
 from torch_xla_ext.graph_breaks.report import GraphBreakError, GraphBreakReport
 
 __all__ = ["collect", "to_chrome_trace", "write_trace"]
@@ -99,7 +100,7 @@ def collect(ledger: Any, t_end: int) -> tuple[list[dict[str, Any]], int]:
 
 def to_chrome_trace(reports: Sequence[GraphBreakReport], labels: Sequence[str] | None = None) -> dict[str, Any]:
     """One trace with a process per report (named by ``labels``, else by its rank) and a thread
-    per track."""
+    per track (a further lane of it where slices overlap: torch_xla executes asynchronously)."""
     trace: list[dict[str, Any]] = []
     for i, r in enumerate(reports):
         pid = i + 1
@@ -122,7 +123,7 @@ def to_chrome_trace(reports: Sequence[GraphBreakReport], labels: Sequence[str] |
             else:
                 out.update(ph="i", s="t")
             trace.append(out)
-    return {"traceEvents": trace, "displayTimeUnit": "ms",
+    return {"traceEvents": nest_on_threads(trace), "displayTimeUnit": "ms",
             "otherData": {"producer": "torch_xla_ext.graph_breaks", "ranks": len(reports)}}
 
 

@@ -5,13 +5,15 @@ whose wall-clock time places it): a ``steps`` thread with one slice per step (fr
 marker before it to its own), a ``compiles`` thread with each compile of every frontend
 (``build.compile_rows``: torch_xla's graphs, JAX's programs, op by op included; ``args``: graph
 hash, trigger, site, what changed), a ``dynamo`` thread with Dynamo's frame compiles and bridge
-extractions (``args.compile_id`` as tlparse and Dynamo's own events carry it).
+extractions (``args.compile_id`` as tlparse and Dynamo's own events carry it). Slices that
+overlap on a thread (compiles on two threads at once) go on a further lane of it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from torch_xla_ext._chrome_trace import nest_on_threads
 from torch_xla_ext._dynamo_events import BridgeExtraction, FrameCompile
 from torch_xla_ext.trace.report.build import compile_rows
 from torch_xla_ext.trace.report.load import RankTrace
@@ -56,4 +58,4 @@ def events(traces: list[RankTrace]) -> dict[str, Any]:
             out.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": 2,
                         "ts": round(base + (end - ms) * 1e3, 3), "dur": max(round(ms * 1e3, 3), 1.0),
                         "args": {"compile_id": cid if cid not in (None, "-") else None}})
-    return {"traceEvents": out, "displayTimeUnit": "ms"}
+    return {"traceEvents": nest_on_threads(out), "displayTimeUnit": "ms"}
