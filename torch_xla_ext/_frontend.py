@@ -22,10 +22,18 @@ from typing import Any
 
 from torch_xla_ext.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT", "FRONTENDS", "UnknownFrontendError", "check"]
+__all__ = ["DEFAULT", "FRONTENDS", "UnknownFrontendError", "check", "highest_matmul_precision"]
 
 FRONTENDS = ("torch_xla", "torchax")
 DEFAULT = "torch_xla"
+
+# The call that makes a frontend compute f32 dots and convolutions at full f32 precision
+# (precision HIGHEST), as reports name the fix: torch_xla records its setting in each dot's
+# precision_config; torchax lowers through JAX, whose default precision governs every dot it makes.
+_HIGHEST_MATMUL_PRECISION = {
+    "torch_xla": "torch_xla.backends.set_mat_mul_precision('highest')",
+    "torchax": "jax.config.update('jax_default_matmul_precision', 'highest')",
+}
 
 
 class UnknownFrontendError(InvalidArgumentError):
@@ -40,3 +48,13 @@ def check(frontend: Any, argument: str = "frontend") -> str:
         return frontend
     known = ", ".join(f"{f!r} (the default)" if f == DEFAULT else repr(f) for f in FRONTENDS)
     raise UnknownFrontendError(f"{argument}: {frontend!r} is not a frontend; known are {known}")
+
+
+def highest_matmul_precision(frontend: str) -> str:
+    """The call that raises ``frontend``'s f32 matmuls to precision HIGHEST.
+
+    Example:
+        >>> highest_matmul_precision("torchax")
+        "jax.config.update('jax_default_matmul_precision', 'highest')"
+    """
+    return _HIGHEST_MATMUL_PRECISION[check(frontend)]

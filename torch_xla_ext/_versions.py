@@ -104,7 +104,7 @@ FEATURES: dict[str, Feature] = {
                            "torch_xla.scan",
                            "torch.pytree", "jax.mlir", "jaxlib.mhlo")),
     "parity.torchax": Feature("torch_xla_ext.parity's torchax run and replays (frontend='torchax')",
-                              ("torch.pytree", "torchax.run", "jax.mlir", "jaxlib.mhlo")),
+                              ("torch.pytree", "torchax.run", "torchax.dispatch", "jax.mlir", "jaxlib.mhlo")),
     # Dynamo's half of the ledger needs torch alone; the openxla bridge's partitions and XLA's
     # compiles and executions need torch_xla.
     "graph_breaks": Feature("torch_xla_ext.graph_breaks (Dynamo's half)", ("torch.dynamo", "torch.trace", "torch.pytree")),

@@ -138,6 +138,14 @@ GROUPS: dict[str, Group] = {g.key: g for g in (
               "torchax.tensor.Tensor", "torchax.tensor.View",
               "torch.nn.utils.stateless._reparametrize_module", "jax.jit",
           )),
+    Group("torchax.dispatch", "torchax's dispatch op by op, for parity's op audit: each op an eager run lowers, the "
+          "lowering its table holds for it, and the same op by torch on the CPU outside torchax's modes",
+          ("_compat/torchax_dispatch.py",), (
+              "torchax.tensor.Environment.dispatch", "torchax.tensor.Environment._get_op_or_decomp",
+              "torchax.tensor.OperatorNotFound", "torchax.tensor.TENSOR_CONSTRUCTORS", "torchax.tensor.Tensor",
+              "torchax.tensor.View", "torch.ops.aten._to_copy", "torch.ops.aten.lift_fresh",
+              "torch.utils._mode_utils.no_dispatch", "torch._C.DisableTorchFunction", "jax.default_device",
+          )),
     # ---- torch -------------------------------------------------------------------------------
     Group("torch.pytree", "torch's pytree (the order and key paths of inputs and outputs) and Python dispatch",
           ("_compat/pytree.py", "_compat/dispatch.py"), (

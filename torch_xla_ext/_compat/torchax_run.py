@@ -30,8 +30,8 @@ import numpy as np
 from torch_xla_ext import _dtypes
 from torch_xla_ext._compat import torchax as _torchax  # numpy and _dtypes at import, like this module
 
-__all__ = ["Lowering", "Reads", "compiled_forward", "eager", "lower", "platform", "seed", "to_cpu", "to_jax", "version",
-           "x64_enabled", "x64_mode"]
+__all__ = ["Lowering", "Reads", "compiled_forward", "eager", "environment", "lower", "overridden", "platform", "seed",
+           "to_cpu", "to_jax", "version", "x64_enabled", "x64_mode"]
 
 # The aten ops whose torchax lowering reads a value back to Python: a trace fails on them
 # (jax.errors.ConcretizationTypeError), the eager run records what they gave.
@@ -144,6 +144,20 @@ def _env() -> Any:
     import torchax
 
     return torchax.default_env()
+
+
+def environment() -> Any:
+    """torchax's default environment (the one every run here uses)."""
+    return _env()
+
+
+@contextlib.contextmanager
+def overridden(impls: dict[Any, Callable[..., Any]]) -> Iterator[None]:
+    """The default environment with each op's lowering replaced by ``impls[op]`` through torchax's
+    public ``override_op_definition`` (the function gets torchax tensors and computes with torch
+    ops), its own entries restored after: how a test plants a lowering."""
+    with _overridden(_env(), impls):
+        yield
 
 
 def platform() -> str:

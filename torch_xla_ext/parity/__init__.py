@@ -58,12 +58,13 @@ from torch_xla_ext.parity.plot import plot_modules
 from torch_xla_ext.parity.program.replay import Replay, replay, unrounded_precision
 from torch_xla_ext.parity.program.rules import NAMES as RULES
 from torch_xla_ext.parity.program.stablehlo import Program, RoundingPoint
-from torch_xla_ext.parity.report import CAUSES, LayerParity, ModuleParity, Narrowed, OutputParity, ParityReport, Verdict
+from torch_xla_ext.parity.report import (CAUSES, LayerParity, ModuleParity, Narrowed, OpAudit, OpLowering, OutputParity,
+                                         ParityReport, Verdict)
 from torch_xla_ext.parity.scan import scan_layers, scan_patched_linear_example
 
 __all__ = [
     "CAUSES", "Capture", "CaptureError", "CaptureNotFoundError", "FrontendRunError", "HloCaptureError", "LayerParity",
-    "ModuleParity", "Narrowed", "OutputParity", "ParityError", "ParityReport", "ParityTypeError", "Program", "RULES", "Replay", "ReplayError",
+    "ModuleParity", "Narrowed", "OpAudit", "OpLowering", "OutputParity", "ParityError", "ParityReport", "ParityTypeError", "Program", "RULES", "Replay", "ReplayError",
     "RoundingPoint", "Verdict", "assert_parity", "capture", "compare_capture", "load_capture", "localize",
     "plot_modules", "replay", "scan_layers", "scan_patched_linear_example", "unrounded_precision", "verify",
     "write_html", "write_model_explorer",

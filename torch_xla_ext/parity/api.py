@@ -66,7 +66,7 @@ def verify_stages(r: Request) -> list[pipeline.Stage]:
     """verify's stages for ``r``: CPU eager (twice), the fp64 golden (with localize: the
     localisation's), the XLA run (its program's replays compiling beside it), the replays, the
     localisation (on a second, hooked XLA run when the rounded replay does not reproduce the run),
-    the outputs compared, Model Explorer.
+    the outputs compared, the frontend's own checks (torchax's op audit), Model Explorer.
 
     Example:
         >>> import torch
@@ -74,17 +74,19 @@ def verify_stages(r: Request) -> list[pipeline.Stage]:
         ['CPU eager', 'second CPU eager', 'XLA', "outputs' shapes", 'CPU eager against itself', 'replays',
          'XLA capture', 'localisation', 'outputs compared']
     """
+    fe = frontends.of(r.frontend)
     return [
         cpu_eager.FIRST,
         cpu_eager.SECOND,
         *golden.PLAIN.when(not r.localize),
-        frontends.of(r.frontend).stage(replays.start_early, program=r.emulate or r.explorer_dir is not None),
+        fe.stage(replays.start_early, program=r.emulate or r.explorer_dir is not None),
         xla_run.SAME_SHAPES,
         cpu_eager.DETERMINISTIC,
         *replays.STAGE.when(r.emulate),
         *capture_stages.SECOND_RUN.when(r.localize),
         *localization.STAGE.when(r.localize),
         replays.COMPARE,
+        *fe.checks,
         *explorer.STAGE.when(r.explorer_dir is not None),
     ]
 
@@ -233,5 +235,6 @@ def compare_capture(capture_or_path: Any, reference: Any, inputs: Any = (), kwar
         if frontends.of(frontend).name != made:
             raise ParityError(f"frontend: the capture was made through {made}, not {frontend}")
     r = request(reference, inputs, kwargs, dtype=cap.run_dtype, rtol=rtol, atol=atol, reference=reference, seed=seed,
-                emulate=emulate, localize=True, rules=rules, role="reference")
+                emulate=emulate, localize=True, rules=rules, role="reference",
+                frontend=cap.info.get("frontend", "torch_xla"))  # the report names the capture's frontend
     return explanation.report(pipeline.run(r, compare_stages(r, cap), uses_xla=False))

@@ -18,8 +18,13 @@ golden and the replays of XLA's own program.
   dtypes), replayed under the same rules, is within it: the narrowing is the difference. Checked
   before the others: a narrowed program replays faithfully, and its exact replay in f64 may still
   not be the reference's math (constants stored in f32);
+* **op lowering**: the unrounded replay leaves the golden, and the frontend's op audit (torchax:
+  the first divergent module's forward op by op in float64, :mod:`.stages.op_audit`) found an op
+  whose result leaves torch's own on the same inputs by more than float64 rounding
+  (:func:`lowering_differs`): the frontend lowers that op to other math than eager PyTorch;
 * **a real difference**: the unrounded replay leaves the golden (the program is not the
-  reference's math), or XLA leaves its own program's replay and is less accurate than both.
+  reference's math) and no op audit blames an op, or XLA leaves its own program's replay and is
+  less accurate than both.
 
 **The run equals its rounded replay** when their greatest difference is within
 :func:`replay_bound`: twice the smaller of the two's own greatest errors against the program's
@@ -43,12 +48,13 @@ import numpy as np
 import torch
 
 from torch_xla_ext import numerics
-from torch_xla_ext.parity.report import (MATMUL_PRECISION, REAL_DIFFERENCE, REASSOCIATION, ROUNDING_PLACEMENT,
-                                         UNEXPLAINED, X64_OFF, OutputParity)
+from torch_xla_ext.parity.leaves import tensor_leaves
+from torch_xla_ext.parity.report import (MATMUL_PRECISION, OP_LOWERING, REAL_DIFFERENCE, REASSOCIATION,
+                                         ROUNDING_PLACEMENT, UNEXPLAINED, X64_OFF, OutputParity)
 
-__all__ = ["MATH_NOISE_FRACTION", "REASSOCIATION_FACTOR", "REPLAY_FACTOR", "SIGNIFICANT_FRACTION", "cause",
-           "closer", "golden_errors", "output_cause", "output_parity", "replay_bound", "replay_figures",
-           "same_math"]
+__all__ = ["LOWERING_BOUND", "MATH_NOISE_FRACTION", "REASSOCIATION_FACTOR", "REPLAY_FACTOR", "SIGNIFICANT_FRACTION",
+           "cause", "closer", "golden_errors", "lowering_differs", "op_difference", "output_cause", "output_parity",
+           "program_differs", "replay_bound", "replay_figures", "same_math"]
 
 # The exact replay may leave the golden by this fraction of the run's own rounding error and
 # still compute "the same math": below that, differences are constants stored in the run dtype
@@ -62,6 +68,15 @@ REASSOCIATION_FACTOR = 2.0
 REPLAY_FACTOR = 2.0
 # ULP distances of elements below this fraction of the output's scale are reported apart.
 SIGNIFICANT_FRACTION = 1e-3
+# One op computed twice in float64 from the same inputs (the frontend's lowering, torch's kernel)
+# differs by rounding alone: an elementwise op by a few units of roundoff u = 2^-53 per element, a
+# reduction of n terms by about sqrt(n) u (n u in the worst order) of the magnitudes it sums
+# (measured under torchax: at most 12 u, erfinv and ResNet-18's convolutions, over every op of
+# GPT-2, BERT, ResNet-18, MobileNetV3 and two dozen elementwise ops and reductions).
+# 2^-36 of the op's scale is 2^17 u, beyond any order of a sum of up to 2^17 terms of the scale's
+# magnitude, and 2^-12 of float32's unit roundoff, so a lowering to other math (GELU's tanh form is
+# ~1e-4 of its scale away) or to float32 arithmetic lies orders of magnitude above it.
+LOWERING_BOUND = 2.0 ** -36
 
 
 def golden_errors(y: Any, golden: Any) -> tuple[float, float]:
@@ -116,6 +131,40 @@ def replay_figures(x: Any, rounded: np.ndarray, exact: np.ndarray,
     return distance, run_error, replay_error, bound, bool(distance <= bound)
 
 
+def _magnitude(t: Any) -> float:
+    """The greatest finite |value| of a floating-point tensor (0 when it has none)."""
+    a = np.abs(t.detach().double().numpy().reshape(-1))
+    a = a[np.isfinite(a)]
+    return float(a.max()) if a.size else 0.0
+
+
+def op_difference(result: Any, eager: Any, inputs: Any) -> tuple[float, float]:
+    """(difference, scale) of one op: the greatest |result - eager| over the floating-point tensors
+    both name (pytree paths; NaN against NaN agrees; results of other shapes are an infinite
+    difference), and the greatest magnitude among the op's floating-point ``inputs`` and ``eager``
+    (a sum that cancels to near zero is measured against what it summed)."""
+    got = dict(tensor_leaves(result))
+    difference = 0.0
+    for path, want in tensor_leaves(eager):
+        g = got.get(path)
+        if g is None or not (want.is_floating_point() and g.is_floating_point()):
+            continue
+        if tuple(g.shape) != tuple(want.shape):
+            difference = math.inf
+            continue
+        if want.numel():
+            difference = max(difference, _max_distance(g.detach().double().numpy().reshape(-1),
+                                                       want.detach().double().numpy().reshape(-1)))
+    scale = max((_magnitude(t) for _, t in tensor_leaves((inputs, eager)) if t.is_floating_point()), default=0.0)
+    return difference, scale
+
+
+def lowering_differs(difference: float, scale: float) -> bool:
+    """Whether one op's two float64 evaluations differ by more than float64 rounding allows
+    (``LOWERING_BOUND`` of its scale): it is lowered to other math."""
+    return difference > LOWERING_BOUND * scale
+
+
 def same_math(unrounded: numerics.CompareReport, unrounded_error: float, xla_error: float, cpu_error: float) -> bool:
     """Whether the exact replay computes the reference's math: it matches the golden at fp64
     tolerances, or differs by much less than the run's own rounding error."""
@@ -166,12 +215,13 @@ def output_parity(path: str, x: Any, c: Any, g: Any, tol: dict, rounded: Any = N
 
 def cause(bit_identical: bool, same: bool | None, reproduced: bool | None, xla_error: float, cpu_error: float,
           replay_error: float | None, narrow: bool, xla_cpu_reproduced: bool | None = None,
-          wide_error: float | None = None) -> str | None:
+          wide_error: float | None = None, lowering: bool = False) -> str | None:
     """The rule (module docstring) on one output's (or layer's) figures. ``replay_error``: the
     rounded replay's error against the golden; ``narrow``: the program rounds to bf16/f16;
     ``xla_cpu_reproduced``: False when the replay with XLA:CPU's f32 matmuls does not reproduce
     the run where the device's rules' replay does (None: not asked); ``wide_error``: the error of
-    the program traced with x64 on, replayed, when the run narrowed float64 tensors (None: not)."""
+    the program traced with x64 on, replayed, when the run narrowed float64 tensors (None: not);
+    ``lowering``: the op audit found an op the frontend lowers to other math (OpAudit.found)."""
     if bit_identical:
         return None
     if reproduced is None or same is None:
@@ -180,7 +230,7 @@ def cause(bit_identical: bool, same: bool | None, reproduced: bool | None, xla_e
             and xla_error > REASSOCIATION_FACTOR * max(cpu_error, wide_error)):
         return X64_OFF
     if not same:
-        return REAL_DIFFERENCE
+        return OP_LOWERING if lowering else REAL_DIFFERENCE
     if reproduced:
         if xla_cpu_reproduced is False:
             return MATMUL_PRECISION
@@ -190,7 +240,14 @@ def cause(bit_identical: bool, same: bool | None, reproduced: bool | None, xla_e
     return REAL_DIFFERENCE
 
 
-def output_cause(o: OutputParity, narrow: bool) -> str | None:
-    """The cause of ``o``'s difference from CPU eager (None when there is no difference)."""
+def output_cause(o: OutputParity, narrow: bool, lowering: bool = False) -> str | None:
+    """The cause of ``o``'s difference from CPU eager (None when there is no difference);
+    ``lowering`` as for :func:`cause`."""
     return cause(o.bit_identical, o.same_math, o.reproduced, o.xla_error, o.cpu_error, o.emulated_error, narrow,
-                 o.xla_cpu_reproduced, o.wide_error)
+                 o.xla_cpu_reproduced, o.wide_error, lowering)
+
+
+def program_differs(o: OutputParity) -> bool:
+    """Whether ``o`` is a real difference because the program is not the reference's math (the
+    exact replay leaves the golden): what an op audit can explain."""
+    return o.same_math is False and output_cause(o, narrow=False) == REAL_DIFFERENCE

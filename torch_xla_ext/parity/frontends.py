@@ -7,7 +7,9 @@ localisation, the causes, the words) reads the record and never asks which front
   (:mod:`.stages.xla_run`).
 * ``"torchax"``: the model under torchax's environment on JAX's XLA, compiled as
   ``torchax.compile`` compiles it; the program is its function's StableHLO lowering
-  (:mod:`.stages.torchax_run`).
+  (:mod:`.stages.torchax_run`). After the outputs are compared it adds the op audit
+  (:mod:`.stages.op_audit`): which op torchax lowers to other math than eager, when the program is
+  not the reference's math.
 
 Example:
     >>> of("torchax").feature, of("torch_xla").name
@@ -20,7 +22,8 @@ import dataclasses
 from typing import Any, Callable
 
 from torch_xla_ext import _frontend
-from torch_xla_ext.parity.stages import torchax_run, xla_run
+from torch_xla_ext.parity.pipeline import Stage
+from torch_xla_ext.parity.stages import op_audit, torchax_run, xla_run
 
 __all__ = ["Frontend", "of"]
 
@@ -29,8 +32,9 @@ __all__ = ["Frontend", "of"]
 class Frontend:
     """A frontend's parts: ``stage(early, program=)`` (the run stage), ``capture(model, inputs,
     kwargs, dtype, seed, device, program=)`` (a hooked run's capture), ``feature`` (the gate's) and
-    ``uses_xla`` (the run imports torch_xla: the runner imports it first) and ``scans`` (it has a
-    scan of layers for ``scan_layers`` to check: torch_xla's ``scan_layers``)."""
+    ``uses_xla`` (the run imports torch_xla: the runner imports it first), ``scans`` (it has a
+    scan of layers for ``scan_layers`` to check: torch_xla's ``scan_layers``) and ``checks`` (its
+    own stages after the outputs are compared: torchax's op audit)."""
 
     name: str
     feature: str
@@ -38,11 +42,13 @@ class Frontend:
     capture: Callable[..., Any]
     uses_xla: bool
     scans: bool
+    checks: tuple[Stage, ...] = ()
 
 
 _FRONTENDS = {
     "torch_xla": Frontend("torch_xla", "parity.xla", xla_run.stage, xla_run.capture, True, True),
-    "torchax": Frontend("torchax", "parity.torchax", torchax_run.stage, torchax_run.capture, False, False),
+    "torchax": Frontend("torchax", "parity.torchax", torchax_run.stage, torchax_run.capture, False, False,
+                        (op_audit.STAGE,)),
 }
 
 

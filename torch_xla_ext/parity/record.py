@@ -36,7 +36,7 @@ from torch_xla_ext.parity.captures import Capture, ModuleCall
 from torch_xla_ext.parity.program.replay import LazyArgs
 from torch_xla_ext.parity.program.rules import XLA_CPU, Rules
 from torch_xla_ext.parity.program.stablehlo import Program
-from torch_xla_ext.parity.report import LayerParity, ModuleParity, Narrowed, OutputParity
+from torch_xla_ext.parity.report import LayerParity, ModuleParity, Narrowed, OpAudit, OutputParity
 from torch_xla_ext.parity.user_code import UserFailure
 
 __all__ = ["Early", "ModulePass", "Narrowed", "Outputs", "PerLayer", "ProgramRun", "Replayed", "Request",
@@ -239,6 +239,9 @@ class RunRecord:
     replayed: Replayed | None = None
     modules: ModulePass | None = None
     outputs: list[OutputParity] | None = None
+    # A frontend's op audit (torchax): when the program is not the reference's math, which op the
+    # frontend lowers to other math, from the first divergent module's forward op by op.
+    op_audit: OpAudit | None = None
     # Sentences the explanation appends (a localisation that failed).
     notes: list[str] = dataclasses.field(default_factory=list)
 

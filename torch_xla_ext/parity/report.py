@@ -25,10 +25,12 @@ from typing import Any
 
 from torch_xla_ext import _device, _json, numerics
 from torch_xla_ext.parity.document import Document
+from torch_xla_ext.parity.errors import ParityError
 from torch_xla_ext.parity.program.stablehlo import RoundingPoint
 
-__all__ = ["CAUSES", "MATMUL_PRECISION", "REAL_DIFFERENCE", "REASSOCIATION", "ROUNDING_PLACEMENT", "UNEXPLAINED",
-           "X64_OFF", "LayerParity", "ModuleParity", "Narrowed", "OutputParity", "ParityReport", "Verdict"]
+__all__ = ["CAUSES", "MATMUL_PRECISION", "OP_LOWERING", "REAL_DIFFERENCE", "REASSOCIATION", "ROUNDING_PLACEMENT",
+           "UNEXPLAINED", "X64_OFF", "LayerParity", "ModuleParity", "Narrowed", "OpAudit", "OpLowering", "OutputParity",
+           "ParityReport", "Verdict"]
 
 # What explains an output's difference from CPU eager (None: there is none, bit for bit).
 ROUNDING_PLACEMENT = "rounding placement"
@@ -38,7 +40,10 @@ REAL_DIFFERENCE = "real difference"
 UNEXPLAINED = "unexplained"  # the replays were unavailable, so no cause is established
 # A frontend on JAX (torchax) with JAX's x64 mode off computed float64 tensors as float32.
 X64_OFF = "x64 off"
-CAUSES = (ROUNDING_PLACEMENT, MATMUL_PRECISION, REASSOCIATION, REAL_DIFFERENCE, UNEXPLAINED, X64_OFF)
+# The program is not the reference's math because the frontend (torchax) lowers one op to other
+# math than eager PyTorch computes: the op audit (OpAudit) found which.
+OP_LOWERING = "op lowering"
+CAUSES = (ROUNDING_PLACEMENT, MATMUL_PRECISION, REASSOCIATION, REAL_DIFFERENCE, UNEXPLAINED, X64_OFF, OP_LOWERING)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +58,82 @@ class Narrowed:
     module: str | None
     source: str | None
     source_line: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpLowering:
+    """An op the frontend lowers to other math than eager PyTorch: ``op`` (the aten op,
+    "aten.gelu.default", or the torch function the frontend lowers itself), ``lowering`` (the
+    module-qualified name of the function that implements it there, "torchax.ops.jaten._aten_gelu"),
+    ``overridden`` (that function is a user's ``override_op_definition``, not the frontend's own),
+    the module whose forward ran it (its path, "" for the model itself; None outside any) and the
+    model's line (``source`` "file:line" and ``source_line``; None where no frame of the model's code
+    ran it). ``difference`` is the greatest |frontend - torch| over the op's floating-point results,
+    both in float64 from the same inputs (inf: results of other shapes), ``scale`` the greatest
+    magnitude of its inputs and torch's results, and ``bound`` what float64 rounding allows there
+    (``causes.LOWERING_BOUND`` x scale)."""
+
+    op: str
+    lowering: str
+    overridden: bool
+    module: str | None
+    source: str | None
+    source_line: str | None
+    difference: float
+    scale: float
+    bound: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _finite(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "OpLowering":
+        """The finding :meth:`to_dict` wrote (its non-finite floats as "inf"/"nan"); a ParityError
+        names a missing field."""
+        _require(d, [f.name for f in dataclasses.fields(cls)], "op_audit.found")
+        return cls(**{f.name: _json.number(d[f.name]) for f in dataclasses.fields(cls)})
+
+
+def _require(d: Any, keys: list[str], what: str) -> None:
+    """A ParityError naming ``what`` and the first of ``keys`` that the dict ``d`` lacks."""
+    if not isinstance(d, dict):
+        raise ParityError(f"{what}: expected a dict, got {type(d).__name__}")
+    missing = [k for k in keys if k not in d]
+    if missing:
+        raise ParityError(f"{what}: missing field {missing[0]!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpAudit:
+    """The op audit of one module call (``module``: its path, "" for the model; ``call``: which
+    call of it): its forward run by the frontend op by op in float64 (JAX's x64 mode on), each op
+    against torch's own on the CPU from the same inputs. ``compared``: how many ops were compared
+    (up to and including the one found); ``found``: the first op, in the order ops finish, whose
+    result leaves torch's beyond float64 rounding (None: every op agrees); ``error``: why the audit
+    could not run (None when it ran)."""
+
+    module: str
+    call: int = 0
+    compared: int = 0
+    found: OpLowering | None = None
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        base = self.module or "<root>"
+        return base if self.call == 0 else f"{base}#{self.call}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "call": self.call, "compared": self.compared,
+                "found": self.found.to_dict() if self.found is not None else None, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "OpAudit":
+        """The audit :meth:`to_dict` wrote; a ParityError names a missing field."""
+        _require(d, ["module", "call", "compared"], "op_audit")
+        found = d.get("found")
+        return cls(d["module"], d["call"], d["compared"], OpLowering.from_dict(found) if found is not None else None,
+                   d.get("error"))
 
 
 class Verdict(str, enum.Enum):
@@ -237,6 +318,8 @@ class ParityReport:
     rounding. ``seconds`` times each stage. ``document`` is the lead sentence and sections.
     ``frontend`` is how the model reached XLA ("torch_xla" or "torchax"); ``narrowed`` the tensors
     the run computed in 32 bits where torch computes 64 (JAX's x64 mode off, under torchax).
+    ``op_audit``: under torchax, when the exact replay leaves the golden, the op audit of the first
+    divergent module (the model without a localisation) and the op it found lowered differently.
     """
 
     verdict: Verdict
@@ -267,6 +350,7 @@ class ParityReport:
     document: Document | None = dataclasses.field(default=None, repr=False)
     frontend: str = "torch_xla"
     narrowed: tuple[Narrowed, ...] = ()
+    op_audit: OpAudit | None = None
 
     @property
     def passed(self) -> bool:
@@ -297,6 +381,7 @@ class ParityReport:
             "modules": [m.to_dict() for m in self.modules],
             "first_divergent_module": self.first_divergent_module,
             "narrowed": [dataclasses.asdict(n) for n in self.narrowed],
+            "op_audit": self.op_audit.to_dict() if self.op_audit is not None else None,
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             # The lead sentence and the sections as the text, Markdown and HTML renderings show them.
             "summary": self.summary,

@@ -153,6 +153,8 @@ def _figures(report: ParityReport, parts: wording.ExplanationParts | None) -> Se
             ("replays (bit for bit)", report.emulation),
             ("replay reproduces the run within the bound", {True: "yes", False: "no", None: "-"}[report.reproduced]),
             ("rules", report.rules), ("rules from", report.rules_source), ("program math", report.hlo_math)]
+    if report.op_audit is not None:
+        rows.append(("op audit", wording.audit_figure(report.op_audit)))
     if report.stage:
         rows.append(("stage", report.stage))
     if report.nondeterminism:

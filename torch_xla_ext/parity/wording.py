@@ -19,22 +19,21 @@ import dataclasses
 import math
 from typing import Sequence
 
-from torch_xla_ext import _device, _dtypes
+from torch_xla_ext import _device, _dtypes, _frontend
 from torch_xla_ext.errors import first_line
-from torch_xla_ext.parity.causes import MATH_NOISE_FRACTION, REASSOCIATION_FACTOR, SIGNIFICANT_FRACTION
+from torch_xla_ext.parity.causes import LOWERING_BOUND, MATH_NOISE_FRACTION, REASSOCIATION_FACTOR, SIGNIFICANT_FRACTION
 from torch_xla_ext.parity.program import rules as _rules
 from torch_xla_ext.parity.program.stablehlo import RoundingPoint
-from torch_xla_ext.parity.report import (MATMUL_PRECISION, REAL_DIFFERENCE, REASSOCIATION, ROUNDING_PLACEMENT,
-                                         UNEXPLAINED, X64_OFF, ModuleParity, Narrowed, OutputParity, ParityReport,
-                                         Verdict)
+from torch_xla_ext.parity.report import (MATMUL_PRECISION, OP_LOWERING, REAL_DIFFERENCE, REASSOCIATION,
+                                         ROUNDING_PLACEMENT, UNEXPLAINED, X64_OFF, ModuleParity, Narrowed, OpAudit,
+                                         OpLowering, OutputParity, ParityReport, Verdict)
 
-__all__ = ["X64_FIX", "ExplanationParts", "describe_rounding", "device_caveat", "exception_words", "explain", "explain_parts",
-           "lead", "modules_words", "narrowed_words", "nondeterminism_words", "rules_words", "shapes_words"]
+__all__ = ["X64_FIX", "ExplanationParts", "audit_figure", "describe_rounding", "device_caveat", "exception_words",
+           "explain", "explain_parts", "lead", "lowering_fix", "modules_words", "narrowed_words", "nondeterminism_words",
+           "rules_words", "shapes_words"]
 
 # Most severe first: the cause the lead sentence names when outputs differ for several.
-_SEVERITY = (X64_OFF, REAL_DIFFERENCE, UNEXPLAINED, MATMUL_PRECISION, REASSOCIATION, ROUNDING_PLACEMENT)
-# The setting that changes a device's matmul precision (recorded in each dot's precision_config).
-SETTING = "torch_xla.backends.set_mat_mul_precision"
+_SEVERITY = (X64_OFF, OP_LOWERING, REAL_DIFFERENCE, UNEXPLAINED, MATMUL_PRECISION, REASSOCIATION, ROUNDING_PLACEMENT)
 # What turns JAX's x64 mode on for torchax, and what it costs (the x64 cause's fix).
 X64_FIX = ("call torchax.enable_accuracy_mode() or jax.config.update(\"jax_enable_x64\", True) before the run "
            "(64-bit tensors then take twice the memory and bandwidth, a TPU computes float64 in software, and "
@@ -100,6 +99,63 @@ def rules_words(rules: str, source: str) -> str:
             f"{source if source != 'given' else 'as given'}.")
 
 
+def _site(module: str | None, source: str | None, text: str | None) -> str:
+    """" in blocks.0 at model.py:52 `pos = ...`": where a torch call ran (the module and the
+    model's line), "" for what is unknown."""
+    where = f" in {module or '<root>'}" if module is not None else ""
+    at = f" at {source}" + (f" `{text}`" if text else "") if source else ""
+    return where + at
+
+
+# How the op audit ran (the same words wherever it is named).
+_AUDIT_HOW = ("its forward run by {fe} op by op in float64 with JAX's x64 mode on, each op against torch's own on the "
+              "CPU from the same inputs")
+
+
+def _lowering_words(found: OpLowering, frontend: str) -> str:
+    """"torchax's lowering `torchax.ops.jaten._aten_gelu`", or the user's override."""
+    if found.overridden:
+        return f"the override `{found.lowering}` (override_op_definition, in place of {frontend}'s own lowering)"
+    return f"{frontend}'s lowering `{found.lowering}`"
+
+
+def lowering_fix(found: OpLowering, frontend: str) -> str:
+    """What to do about an op lowered to other math: fix the user's override, or report the
+    frontend's lowering upstream and override it meanwhile."""
+    spelling = f"torch.ops.{found.op}" if found.op.startswith("aten.") else found.op
+    if found.overridden:
+        return (f"correct or remove that override (torchax.default_env().override_op_definition({spelling}, ...)) so "
+                f"that it computes what eager computes")
+    return (f"report it upstream (google/torchax issues) and meanwhile override the op with "
+            f"torchax.default_env().override_op_definition({spelling}, impl), impl computing what eager computes")
+
+
+def _lowering_figures(found: OpLowering) -> str:
+    return (f"its float64 result leaves torch's by {_fmt(found.difference)} (of a scale of {_fmt(found.scale)}) "
+            f"where float64 rounding allows {_fmt(found.bound)}")
+
+
+def audit_figure(audit: OpAudit) -> str:
+    """The op audit in a table cell: where it ran and what it found."""
+    if audit.error is not None:
+        return f"{audit.name}: could not run ({audit.error})"
+    if audit.found is not None:
+        return f"{audit.name}: {audit.found.op} lowered to other math ({audit.compared} op(s) compared)"
+    return f"{audit.name}: {audit.compared} op(s) compared, each within float64 rounding of torch's"
+
+
+def _audit_cleared(report: ParityReport) -> str:
+    """The sentence an op audit that blamed no op adds to a real difference of the program's math."""
+    a, fe = report.op_audit, report.frontend
+    if a is None:
+        return ""
+    if a.error is not None:
+        return f" The op audit of {a.name} could not run ({a.error})."
+    return (f" The op audit of {a.name} ({_AUDIT_HOW.format(fe=fe)}) compared {a.compared} op(s) and found each "
+            f"within float64 rounding of torch's ({LOWERING_BOUND:.3g} of its scale): the difference is not {fe}'s "
+            f"lowering of those ops, so look at fn's own code and weights against the reference's.")
+
+
 def narrowed_words(narrowed: Sequence[Narrowed], limit: int = 3) -> str:
     """Where the run computed float64 as float32 (and int64 as int32): how many torch calls, and the
     first ``limit`` distinct lines of the model (their torch calls, the module, "file:line" and the
@@ -112,11 +168,8 @@ def narrowed_words(narrowed: Sequence[Narrowed], limit: int = 3) -> str:
         lines: dict[tuple, list[str]] = {}
         for n in ns:
             lines.setdefault((n.module, n.source, n.source_line), []).append(n.op)
-        sites = []
-        for (module, source, text), ops in list(lines.items())[:limit]:
-            where = f" in {module or '<root>'}" if module is not None else ""
-            at = f" at {source}" + (f" `{text}`" if text else "") if source else ""
-            sites.append(f"{', '.join(dict.fromkeys(ops))}{where}{at}")
+        sites = [f"{', '.join(dict.fromkeys(ops))}{_site(module, source, text)}"
+                 for (module, source, text), ops in list(lines.items())[:limit]]
         more = len(lines) - limit
         words.append(f"{dtype} as {narrow} in {len(ns)} torch call(s): {'; '.join(sites)}"
                      + (f"; and {more} more line(s)" if more > 0 else ""))
@@ -237,7 +290,7 @@ def explain_parts(report: ParityReport, subject: str | None = None) -> Explanati
             f"program under the {report.rules} rules, where {device} computes f32 dots and convolutions {how} "
             f"({_within(os_)}), while the replay with XLA:CPU's f32 matmuls does not reproduce it, and "
             f"{exact_replay} matches the fp64 golden: the program is the reference's math and its matmuls ran at "
-            f"the device's precision, which {SETTING}('highest') raises.")
+            f"the device's precision, which {_frontend.highest_matmul_precision(report.frontend)} raises.")
     if REASSOCIATION in by_cause:
         os_ = by_cause[REASSOCIATION]
         w = max(os_, key=lambda o: o.xla_error)
@@ -261,6 +314,19 @@ def explain_parts(report: ParityReport, subject: str | None = None) -> Explanati
             f"the same forward traced with x64 on (torch's own dtypes), replayed under the same rules, errs by "
             f"{_fmt(w.wide_error or 0.0)}, within {REASSOCIATION_FACTOR:g}x of CPU eager: the narrowing is the "
             f"difference, not the lowering. To keep float64, {X64_FIX}.")
+    if OP_LOWERING in by_cause:
+        os_ = by_cause[OP_LOWERING]
+        a, fe = report.op_audit, report.frontend
+        f = a.found
+        w = max(os_, key=lambda o: o.unrounded_error or 0.0)
+        u, t = sum(o.unrounded.mismatched for o in os_), sum(o.unrounded.total for o in os_)
+        parts.append(
+            f"An op {fe} lowers differently from eager explains output(s) {_names(os_)}: {exact_replay} of the "
+            f"program differs from the fp64 golden on {u}/{t} elements (greatest {_fmt(w.unrounded_error or 0.0)}), "
+            f"so the program is not the reference's math, and the op audit of {a.name} ({_AUDIT_HOW.format(fe=fe)}) "
+            f"finds {f.op}{_site(f.module, f.source, f.source_line)} computed by {_lowering_words(f, fe)}: "
+            f"{_lowering_figures(f)} ({LOWERING_BOUND:.3g} of the scale), while the {a.compared - 1} op(s) that "
+            f"finished before it agree. What to do: {lowering_fix(f, fe)}.")
     if REAL_DIFFERENCE in by_cause:
         parts += _real_difference(report, by_cause[REAL_DIFFERENCE], exact_replay)
     if UNEXPLAINED in by_cause and not emulation.startswith("unavailable"):
@@ -293,7 +359,7 @@ def _real_difference(report: ParityReport, os_: Sequence[OutputParity], exact_re
                if faithful else "")
             + ". What fn lowers to (or fn itself) differs from the reference: dump the program "
               "(report.hlo_text) and find the op that is not the reference's, or localise it per module "
-              "(verify(..., localize=True)).")
+              "(verify(..., localize=True))." + _audit_cleared(report))
     unfaithful = [o for o in os_ if o.same_math]
     if unfaithful:
         w = max(unfaithful, key=lambda o: o.xla_error)
@@ -322,7 +388,8 @@ def _precision_advice(report: ParityReport, outputs: Sequence[OutputParity]) -> 
     # Rules read per dot ("per dot: tpu-high on 3, tpu-default on 9") name registered rules.
     named = [_rules.by_name(part.split(" on ")[0]) for part in report.rules.removeprefix("per dot: ").split(", ")]
     highest = next((r.highest for r in named if r is not None and r.highest), None)
-    raise_it = f"{SETTING}('highest') computes them {highest}, or " if highest else ""
+    raise_it = (f"{_frontend.highest_matmul_precision(report.frontend)} computes them {highest}, or "
+                if highest else "")
     return (f"the cause is {device}'s matmul precision (its f32 dots and convolutions ran {how}; rules "
             f"{report.rules}), not a bug: {raise_it}compare against the fp64 golden with a tolerance of about "
             f"{_tolerance(outputs)} instead of CPU eager")
@@ -341,8 +408,18 @@ def _advice(report: ParityReport) -> str:
         return (f"the cause is JAX's x64 mode off: torchax computed {narrowed_words(report.narrowed, 1)}, so XLA's "
                 f"error against the fp64 golden is {_fmt(w.xla_error)} where CPU eager's is {_fmt(w.cpu_error)} "
                 f"and the same forward with x64 on replays to {_fmt(w.wide_error or 0.0)}: {X64_FIX}")
+    if causes[0] == OP_LOWERING:
+        f, fe = report.op_audit.found, report.frontend
+        return (f"the cause is an op {fe} lowers differently from eager: {f.op}"
+                f"{_site(f.module, f.source, f.source_line)} runs {_lowering_words(f, fe)}, and "
+                f"{_lowering_figures(f)}: {lowering_fix(f, fe)}")
     if causes[0] == REAL_DIFFERENCE:
         real = [o for o in differing if o.cause == REAL_DIFFERENCE]
+        a = report.op_audit
+        if any(o.same_math is False for o in real) and a is not None and a.error is None:
+            return (f"the cause is a real difference in {_names(real, 4)}: the program XLA ran is not the reference's "
+                    f"math, and each of the {a.compared} op(s) {report.frontend} ran in {a.name} agrees with torch's "
+                    f"own in float64 (report.op_audit), so look at fn's own code and weights against the reference's")
         if any(o.same_math is False for o in real):
             return (f"the cause is a real difference in {_names(real, 4)}: the program XLA ran is not the reference's "
                     f"math; find the op in report.hlo_text or localise it with verify(..., localize=True)")

@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
+from torch_xla_ext._compat.torchax import is_aten_op
 from torch_xla_ext.parity.leaves import tensor_leaves
 from torch_xla_ext.parity.report import Narrowed
 from torch_xla_ext.parity.user_code import live_frames, site
 
-__all__ = ["LIMIT", "SixtyFourBit"]
+__all__ = ["LIMIT", "SixtyFourBit", "call_name"]
 
 # Tensors kept per run (the first, in the order the model made them): a report names a few lines.
 LIMIT = 256
@@ -51,12 +52,15 @@ class SixtyFourBit(torch.overrides.TorchFunctionMode):
             wide = next((_WIDE[t.dtype] for _, t in tensor_leaves(out) if t.dtype in _WIDE), None)
             if wide is not None:
                 module, source, text = site(live_frames(sys._getframe(1)), self._modules)
-                self.narrowed.append(Narrowed(wide, _name(func), module, source, text))
+                self.narrowed.append(Narrowed(wide, call_name(func), module, source, text))
         return out
 
 
-def _name(func: Any) -> str:
-    """"torch.arange", "Tensor.mul", "torch.nn.functional.linear": a torch call as a user writes it."""
+def call_name(func: Any) -> str:
+    """"torch.arange", "Tensor.mul", "torch.nn.functional.linear": a torch call as a user writes it;
+    an aten op by its overload, "aten.gelu.default"."""
+    if is_aten_op(func):
+        return str(func)
     name = getattr(func, "__name__", None) or repr(func)
     owner = getattr(func, "__objclass__", None)
     if (isinstance(owner, type) and issubclass(torch.Tensor, owner)) or getattr(func, "__qualname__", "").startswith(

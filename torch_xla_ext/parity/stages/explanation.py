@@ -73,7 +73,10 @@ def unfinished(record: RunRecord) -> ParityReport:
     replayed = record.replayed
     program = replayed.program if replayed is not None else None
     points = program.rounding_points if program is not None else ()
-    outputs = [dataclasses.replace(o, cause=output_cause(o, narrow=bool(points))) for o in record.outputs]
+    audit = record.op_audit
+    lowering = audit is not None and audit.found is not None  # the op audit blamed an op's lowering
+    outputs = [dataclasses.replace(o, cause=output_cause(o, narrow=bool(points), lowering=lowering))
+               for o in record.outputs]
     status, hlo_math, reproduced, unrounded = "unavailable: emulate=False", "unavailable", None, None
     if replayed is not None:
         status = replayed.status
@@ -91,7 +94,7 @@ def unfinished(record: RunRecord) -> ParityReport:
         rules=rules.name if rules is not None else "xla-cpu", rules_source=rules.source if rules is not None else "given",
         modules=modules.modules if modules is not None else (),
         first_divergent_module=modules.first.name if modules is not None and modules.first else None,
-        narrowed=record.xla.wide.narrowed if record.xla.wide is not None else (), **base)
+        narrowed=record.xla.wide.narrowed if record.xla.wide is not None else (), op_audit=audit, **base)
     words = [wording.explain(report)]
     if modules is not None:
         words.append(wording.modules_words(modules.modules, modules.first, modules.floor_ulps))
