@@ -195,7 +195,7 @@ def test_a_failing_import_hook_and_a_failed_start_are_in_the_report(tmp_path, mo
     def hook(m):
         raise ValueError(f"cannot hook {m.__name__}")
 
-    hooks = startup._PostImport({"txe_hooked": hook}, on_error=rec.problem)
+    hooks = startup.PostImport({"txe_hooked": hook}, on_error=rec.problem)
     hooks.run("txe_hooked", module)  # what the loader does once the module finished importing
     rec.at_exit()
     monkeypatch.setenv(startup.TRACE_ENV, str(d))

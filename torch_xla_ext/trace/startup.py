@@ -35,7 +35,8 @@ from typing import Any, Callable
 from torch_xla_ext._compat import xla_debug
 from torch_xla_ext.trace.recorder import Recorder
 
-__all__ = ["CAPTURE_ENV", "CAPTURE_POLICIES", "OWNS_ENV", "PACKAGE_ENV", "PTH_FILE", "PTH_LINE", "TRACE_ENV", "autostart", "recorder", "start"]
+__all__ = ["CAPTURE_ENV", "CAPTURE_POLICIES", "OWNS_ENV", "PACKAGE_ENV", "PTH_FILE", "PTH_LINE", "TRACE_ENV", "PostImport",
+           "autostart", "recorder", "start"]
 
 TRACE_ENV = "TORCH_XLA_EXT_TRACE"
 CAPTURE_ENV = "TORCH_XLA_EXT_TRACE_CAPTURE"
@@ -110,7 +111,7 @@ def start(environ: dict[str, str] | None = None) -> Any:
     _recorder = Recorder(directory, capture=capture, debug_path=debug_path, analysis=analysis)
     callbacks = {"torch._dynamo": _recorder.on_dynamo, "torch_xla": _recorder.on_torch_xla, "jax": _recorder.on_jax,
                  "torchax": _recorder.on_torchax}
-    hooks = _PostImport(callbacks, on_error=_recorder.problem)
+    hooks = PostImport(callbacks, on_error=_recorder.problem)
     sys.meta_path.insert(0, hooks)
     for name in callbacks:  # already imported (a forked child, or a late start)
         if name in sys.modules:
@@ -126,7 +127,7 @@ def start(environ: dict[str, str] | None = None) -> Any:
     return _recorder
 
 
-class _PostImport:
+class PostImport:
     """A meta-path finder that runs a callback once a module finished importing (it wraps the
     module's loader; the module keeps its own loader). A callback that raises does not fail the
     import: ``on_error(where, exception)`` records it."""
@@ -166,7 +167,7 @@ class _PostImport:
 
 
 class _Loader:
-    def __init__(self, loader: Any, name: str, hooks: _PostImport):
+    def __init__(self, loader: Any, name: str, hooks: PostImport):
         self._loader, self._name, self._hooks = loader, name, hooks
 
     def create_module(self, spec: Any) -> Any:
