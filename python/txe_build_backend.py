@@ -21,10 +21,27 @@ import sys
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+def _bazel_env() -> dict[str, str]:
+    """The environment Bazel runs with: the caller's, without pip's build isolation. pip (PEP 517)
+    puts its temporary build environment's bin folders, new names on every run, in front of PATH
+    and points PYTHONPATH there; Bazel keys every action on PATH, so they would rebuild the whole
+    C++ core on each `pip wheel .`, and the next `bazel test` again. The build needs nothing from
+    them (build-system requires nothing)."""
+    env = dict(os.environ)
+    for name in ("PATH", "PYTHONPATH"):
+        if name in env:
+            kept = [p for p in env[name].split(os.pathsep) if "pip-build-env-" not in p]
+            if kept:
+                env[name] = os.pathsep.join(kept)
+            else:
+                del env[name]
+    return env
+
+
 def _bazel(*args: str) -> str:
     cmd = ["bazel", *args]
     try:
-        done = subprocess.run(cmd, cwd=_ROOT, check=True, stdout=subprocess.PIPE, text=True)
+        done = subprocess.run(cmd, cwd=_ROOT, check=True, stdout=subprocess.PIPE, text=True, env=_bazel_env())
     except FileNotFoundError:
         raise RuntimeError("bazel is not on PATH: run `make setup` first") from None
     return done.stdout.strip()

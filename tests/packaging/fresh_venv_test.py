@@ -82,8 +82,10 @@ def venv(request, wheelhouse, tmp_path_factory):
                           env=_env(), capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     t1 = time.perf_counter()
-    # ... and installs what it resolved, offline.
-    proc = subprocess.run(pip + ["install", "-q", "--no-index", "--find-links", str(wheelhouse), f"{wheel}[xla]"],
+    # ... and installs what it resolved, offline; without byte-compiling the stack's ~7 GB up front
+    # (minutes of CPU the second tier's tests run beside; Python compiles what it imports).
+    proc = subprocess.run(pip + ["install", "-q", "--no-compile", "--no-index", "--find-links", str(wheelhouse),
+                                 f"{wheel}[xla]"],
                           env=_env(), capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     _log(f"CPython {python}: pip download {wheel.name}[xla] (resolving the stack) {t1 - t0:.0f} s, "
