@@ -47,6 +47,14 @@ class OpCall:
     eager: Any
 
 
+def _pytree() -> Any:
+    """torch's pytree (``_compat.pytree``), imported on first use: it imports torch, and this module
+    imports none at import."""
+    from torch_xla_ext._compat import pytree  # torch at import: see the docstring
+
+    return pytree
+
+
 def _qualified(fn: Any) -> str:
     """``torchax.ops.jaten._aten_gelu``: a function by its module and qualified name."""
     module = getattr(fn, "__module__", None)
@@ -58,22 +66,18 @@ def _on_cpu(tree: Any) -> Any:
     """``tree`` with every torchax tensor (and view) copied to a CPU torch tensor."""
     import torchax.tensor
 
-    from torch_xla_ext._compat.pytree import tree_map  # torch: this module imports none at import
-
     def one(v: Any) -> Any:
         if isinstance(v, torchax.tensor.View):
             v = v.torch()  # a View's torch() is the torchax tensor it stands for, not a CPU copy
         return v.torch() if isinstance(v, torchax.tensor.Tensor) else v
 
-    return tree_map(one, tree)
+    return _pytree().tree_map(one, tree)
 
 
 def _has_torchax_tensor(tree: Any) -> bool:
     import torchax.tensor
 
-    from torch_xla_ext._compat.pytree import tree_leaves
-
-    return any(isinstance(v, (torchax.tensor.Tensor, torchax.tensor.View)) for v in tree_leaves(tree))
+    return any(isinstance(v, (torchax.tensor.Tensor, torchax.tensor.View)) for v in _pytree().tree_leaves(tree))
 
 
 def _compared(env: Any, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -132,9 +136,7 @@ def _clone(tree: Any) -> Any:
     """CPU copies kept apart from what torch computes on them (an in-place op writes its inputs)."""
     import torch
 
-    from torch_xla_ext._compat.pytree import tree_map
-
-    return tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, tree)
+    return _pytree().tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, tree)
 
 
 def _wrapped(env: Any, on_op: Callable[[OpCall], bool]) -> Callable[..., Any]:
