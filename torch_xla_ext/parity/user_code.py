@@ -71,8 +71,10 @@ def _library_dirs() -> tuple[str, ...]:
     for name in _LIBRARIES:
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:
-            dirs.append(os.path.dirname(spec.origin))
-    return tuple(os.path.realpath(d) + os.sep for d in dirs)
+            # Both where the package is imported from and where its files are: under Bazel a
+            # package's folder in the runfiles is real and its files are links into the source tree.
+            dirs += [os.path.dirname(spec.origin), os.path.dirname(os.path.realpath(spec.origin))]
+    return tuple(dict.fromkeys(os.path.realpath(d) + os.sep for d in dirs))
 
 
 _LIBRARY_DIRS: tuple[str, ...] | None = None
@@ -98,7 +100,8 @@ def site(frames: list[tuple[Any, int]], modules: dict[int, str]) -> tuple[str | 
     module = source = text = None
     for frame, lineno in frames:
         filename = frame.f_code.co_filename
-        if source is None and not filename.startswith("<") and not os.path.realpath(filename).startswith(_LIBRARY_DIRS):
+        if (source is None and not filename.startswith("<") and not filename.startswith(_LIBRARY_DIRS)
+                and not os.path.realpath(filename).startswith(_LIBRARY_DIRS)):
             source = f"{filename}:{lineno}"
             text = linecache.getline(filename, lineno).strip() or None
         if module is None:
