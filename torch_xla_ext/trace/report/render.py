@@ -125,12 +125,16 @@ def summary_lines(report: Report) -> list[str]:
     total = len(report.compiles)
     eager = sum(1 for c in report.compiles if c.eager)
     counted = [r for r in ranks if r.torch_xla_compile_count is not None]
+    # torch_xla's own count stands beside the total where torch_xla compiled (its graphs are unnamed
+    # rows; JAX's programs carry their function's name), or to confirm that nothing compiled; a JAX
+    # program's compiles are not in it, so beside those alone its 0 would read as a contradiction.
+    torch_xla_compiled = any(not c.name for c in report.compiles) or any(r.torch_xla_compile_count for r in counted)
     lines.append(f"torch-xla-ext trace: {len(ranks)} process{'es' if len(ranks) != 1 else ''}, {total} XLA compile"
                  f"{'s' if total != 1 else ''}"
                  + (f" ({eager} of them op by op)" if eager else "")
                  + (" (torch_xla's CompileTime: " + ", ".join(str(r.torch_xla_compile_count) if r.torch_xla_compile_count
                                                                is not None else "?" for r in ranks[:8]) + ")"
-                    if counted or not eager else ""))
+                    if (counted or not eager) and (torch_xla_compiled or not total) else ""))
     unit = {r.rank: r.unit for r in ranks}
     for r in ranks[:4]:
         lines.append(f"  {r.label}: {r.steps} {plural(r.unit)}, {r.compiles} compiles ({r.compile_ms / 1e3:.1f} s"
