@@ -175,6 +175,36 @@ def test_c10d_all_reduces_across_replicas_against_numpy(n):
             export.to_jax(bundle)
 
 
+class _OurScaledSum(torch.nn.Module):
+    """Our all_reduce with a scale (under torchax: c10d's all_reduce, then the multiply)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        from torch_xla_ext import collectives
+
+        return collectives.all_reduce("sum", torch.tanh(self.lin(x)), scale=0.5)
+
+
+def test_our_all_reduce_keeps_its_requested_scale_across_replicas():
+    """The manifest's requested_scale is what the user's call asked (0.5), as under torch_xla, and
+    the program applies it: 2 replicas against numpy's 0.5 * sum in float64."""
+    model = _OurScaledSum()
+    bundle = export.export(model, (torch.randn(2, 4),), frontend="torchax", options=export.ExportOptions(num_replicas=2))
+    (c,) = bundle.manifest.collectives
+    assert (c.op, c.reduce, c.requested_scale, c.scale) == ("all_reduce", "sum", 0.5, 0.5)
+    xs = [np.random.RandomState(20 + r).randn(2, 4).astype(np.float32) for r in range(2)]
+    outs = export.run(bundle, *[(x,) for x in xs], num_replicas=2)
+    w = model.lin.weight.detach().numpy().astype(np.float64)
+    b = model.lin.bias.detach().numpy().astype(np.float64)
+    want = 0.5 * sum(np.tanh(x.astype(np.float64) @ w.T + b) for x in xs)
+    for r in range(2):  # tanh's float32 error (a few ulp), the 2-term sum and the exact halving
+        np.testing.assert_allclose(outs[r][0], want, rtol=0, atol=10 * EPS32 * 2)
+
+
 def test_a_sum_runs_on_any_replica_count():
     model, args = torchax_models.sum_only()
     bundle = export.export(model, args, frontend="torchax")

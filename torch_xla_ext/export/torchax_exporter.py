@@ -59,6 +59,7 @@ def export(model: Any, args: tuple | None, kwargs: dict | None, names: list[str]
     if options.tracer == "lazy":
         raise InvalidArgumentError("options.tracer: 'lazy' is torch_xla's lazy trace; the torchax frontend exports "
                                    "torch.export's program only (tracer='auto' or 'torch.export')")
+    traced = _core.next_all_reduce_sequence()  # what the user's code asks of our all_reduce while torch.export traces
     if isinstance(model, torch.export.ExportedProgram):
         ep, args, kwargs = torch_program.given_program(model, args, kwargs)
         prefix = ""
@@ -101,9 +102,10 @@ def export(model: Any, args: tuple | None, kwargs: dict | None, names: list[str]
         site = sites.node_site(node)
         raise ExportLoweringError(f"{e}; the first op whose result differs from torch's is {site['op']} "
                                   f"[{sites.where(site) or 'model'}]: {what}", **sites.site_fields(site)) from None
+    asked = _requested_scales(_core.recorded_all_reduces_since(traced), reduces)
     start = _core.next_all_reduce_sequence()
-    for reduce in reduces:
-        _record(reduce, options.num_replicas)
+    for reduce, requested in zip(reduces, asked):
+        _record(reduce, options.num_replicas, requested)
     calls = _core.recorded_all_reduces_since(start) if len(reduces) == num_all_reduces else []
     bundle = from_torch_xla(tx, torch_program.state_kinds(ep, prefix), leaves, calls, output_names=out_names)
     m = bundle.manifest
@@ -146,16 +148,31 @@ def _all_reduces(program: Any) -> list[str]:
     return found
 
 
-def _record(reduce: str, num_replicas: int) -> None:
+def _requested_scales(calls: list[Any], reduces: list[str]) -> list[float | None]:
+    """The scale the user's code asked of each of the program's all-reduces (in program order),
+    where every one of them went through our ``collectives.all_reduce``, which records its call
+    while torch.export traces (once per trace: the newest trace's); None each where they did not
+    (a bare c10d call records nothing, so the calls cannot be paired with the program's)."""
+    n = len(reduces)
+    if not n or not calls or len(calls) % n:
+        return [None] * n
+    newest = calls[-n:]
+    if [c.reduce for c in newest] != list(reduces):
+        return [None] * n
+    return [c.requested_scale for c in newest]
+
+
+def _record(reduce: str, num_replicas: int, requested: float | None = None) -> None:
     """One all-reduce in the hook log, as a lowering records it: torchax's JAX collective, and for
-    an average the division by the axis size JAX bakes in (a scale of 1/num_replicas)."""
+    an average the division by the axis size JAX bakes in (a scale of 1/num_replicas); the scale
+    the user asked (``requested``, our all_reduce's multiply after it) where known, else that one."""
     jax_op = _tx.C10D_REDUCES[reduce]
     if reduce == "avg":
         scale = 1.0 / num_replicas
         lowering = f"{jax_op} (psum, then divide by {num_replicas}: the replica count it was exported for)"
     else:
         scale, lowering = 1.0, jax_op
-    _core.record_all_reduce(reduce, scale, scale, [], num_replicas, lowering)
+    _core.record_all_reduce(reduce, scale if requested is None else requested, scale, [], num_replicas, lowering)
 
 
 def _replica_program(text: str, *, debug_info: bool) -> tuple[str, int]:
