@@ -95,10 +95,4 @@ def test_under_xla_cpus_rules_the_same_capture_is_a_real_difference(case):
 
 def test_a_planted_two_percent_weight_bug_is_found_at_its_module_under_tpu_default(case):
     name, model, args, kwargs, _ = case
-    path = planted.middle_weight(model)
-    plan = ("weight", path, 0.02)
-    r = parity.compare_capture(device_capture(planted.plant(model, plan), args, kwargs), model, args, kwargs,
-                               rules="tpu-default")
-    assert r.first_divergent_module == path, r.module_table()
-    bugged = planted.owners(model, plan)
-    assert all(planted.allowed(m.path, bugged) for m in r.modules if m.diverges)
+    planted.check_found_on_a_device(model, args, kwargs, device_capture, rules="tpu-default")

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from torch_xla_ext import parity
+
 EPSILONS = (0.02, 0.05, 0.25)
 
 _LINEAR_LIKE = ("Linear", "Conv1d", "Conv2d", "Conv1D")  # Conv1D: transformers' GPT-2 projection
@@ -146,3 +148,17 @@ def planted_effect(model: torch.nn.Module, broken: torch.nn.Module, capture: Any
             outs.append(dict(tensor_leaves(m64(*[t.clone() for t in pos]))))  # in-place modules
     limit = float(torch.finfo(torch.float64).max)
     return localization.rms_error(outs[0], outs[1], limit)
+
+
+def check_found_on_a_device(model: torch.nn.Module, args: tuple, kwargs: dict, device_capture: Any,
+                            **compare: Any) -> Any:
+    """A 2% bug in the middle weight of a made device's run (``device_capture(model, args, kwargs)``
+    makes its capture) is found at its module by ``parity.compare_capture(..., **compare)``
+    against the untouched ``model``, and nothing but it and its owners is flagged; the report."""
+    path = middle_weight(model)
+    plan = ("weight", path, 0.02)
+    r = parity.compare_capture(device_capture(plant(model, plan), args, kwargs), model, args, kwargs, **compare)
+    assert r.first_divergent_module == path, r.module_table()
+    bugged = owners(model, plan)
+    assert all(allowed(m.path, bugged) for m in r.modules if m.diverges), r.module_table()
+    return r
