@@ -47,7 +47,7 @@ import re
 import sys
 import threading
 
-from torch_xla_ext._compat import capabilities
+from torch_xla_ext._compat import capabilities, torchax_import
 from torch_xla_ext.errors import TorchXlaExtError, first_line
 
 # The pinned stack: torch_xla's _XLAC links torch's C++ ABI, so the tested torch is torch_xla's
@@ -148,9 +148,10 @@ _INSTALL = {
 # What to do when an installed distribution does not load, where more can be said than "install
 # the one that matches the rest of the stack".
 _LOAD_ADVICE = {
-    "torchax": ("torchax 0.0.13 imports on torch 2.12 and older (torch 2.13 removed the named-tensor overloads its "
-                "tables name, such as aten.prod.dim_Dimname; google/torchax#101): install torch<=2.12.1 next to "
-                "it, or a torchax release that fixes it"),
+    "torchax": ("torchax 0.0.13 names aten ops in its tables at import; torch_xla_ext stands in for those torch "
+                "2.13 and 2.14 removed (aten.prod.dim_Dimname, aten.cholesky, ...; google/torchax#101), and this "
+                "torch lacks others or torchax fails for another reason: install torch<=2.14.1 next to it, or a "
+                "torchax release that fixes it"),
 }
 
 # Re-entrant: a probe's import runs the script trace's import hooks, which ask the gate too.
@@ -417,6 +418,8 @@ def require(feature: str) -> None:
     """
     if os.environ.get(SKIP_ENV) == "1":
         _feature(feature)
+        if "torchax" in distributions(feature):
+            torchax_import.install()  # as the gate's probe would (capabilities.resolve)
         return
     message = refusal(feature)
     if message is not None:

@@ -1,7 +1,8 @@
 """The torchax frontend on the current stack (CPython 3.12, jax 0.12.0.1, torchax 0.0.13 on torch
-2.12.1, the newest torch torchax 0.0.13 imports on: python/tool_requirements/torchax_0_0_13.txt),
-from the wheel installed with its [torchax] extra: parity, export and the doctor, each against an
-oracle of this venv (fp64 numpy, torch's eager run, torchax's own run, JAX's compile log).
+2.14.1: python/tool_requirements/torchax_0_0_13.txt), from the wheel installed with its [torchax]
+extra: parity, export and the doctor, each against an oracle of this venv (fp64 numpy, torch's
+eager run, torchax's own run, JAX's compile log). A plain ``import torchax`` fails on this torch
+(google/torchax#101); the package imports it through ``_compat/torchax_import``.
 
 Run inside the venv by tests/stacks/run_in_venv.py; it imports only the installed package and what
 the venv has."""
@@ -57,11 +58,20 @@ def _numpy_sinusoidal(x: np.ndarray, d: int, dtype) -> np.ndarray:
 
 def test_the_stack_is_the_current_one():
     import jax
+
+    # The oracle that this torch removed what torchax names: torchax's own import, alone.
+    plain = subprocess.run([sys.executable, "-c", "import torchax"], capture_output=True, text=True, timeout=300)
+    assert plain.returncode != 0 and "dim_Dimname" in plain.stderr, plain.stderr[-2000:]
+    from torch_xla_ext import _versions
+
+    _versions.require("parity.torchax")  # the gate's probe imports torchax through the package's shim
     import torchax
 
+    assert "torchax.ops.jaten" in sys.modules and "torchax.export" in sys.modules
+    assert not hasattr(torch.ops.aten.prod, "dim_Dimname") and not hasattr(torch.ops.aten, "cholesky")  # torch as it was
     assert sys.version_info[:2] == (3, 12)
     assert jax.__version__ == "0.12.0.1" or jax.__version__.startswith("0.12"), jax.__version__
-    assert torch.__version__.split("+")[0] == "2.12.1", torch.__version__
+    assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__
     assert torchax.__file__.startswith(sys.prefix)
     assert torch_xla_ext.__file__.startswith(sys.prefix), torch_xla_ext.__file__  # the wheel
 

@@ -27,6 +27,7 @@ import dataclasses
 import importlib
 import threading
 
+from torch_xla_ext._compat import torchax_import
 from torch_xla_ext.errors import first_line
 
 __all__ = ["GROUPS", "MOVED", "OPTIONAL", "Group", "distribution_of", "missing", "resolve"]
@@ -242,6 +243,8 @@ def resolve(name: str) -> str | None:
 
 def _resolve(name: str) -> str | None:
     parts = name.split(".")
+    if parts[0] == "torchax":
+        torchax_import.install()  # torchax 0.0.13 on a torch that removed ops its tables name
     obj, k = None, len(parts)
     while k > 0:
         module = ".".join(parts[:k])

@@ -255,6 +255,9 @@ def version_problem() -> str | None:
     and installs it over the distribution's, leaving torchax's metadata saying another version."""
     import importlib.metadata
 
+    from torch_xla_ext._compat import torchax_import
+
+    torchax_import.install()
     import torchax
 
     try:

@@ -10,10 +10,12 @@ import sys
 import torch
 
 from torch_xla_ext import _factory
+from torch_xla_ext._compat import torchax_import
 
 
 def main(argv: list[str]) -> int:
     spec, steps = argv[0], int(argv[1])
+    torchax_import.install()  # as the doctor's gate imported it (a torch that removed ops torchax names)
     import torchax  # the frontend's stack: the doctor's gate checked it before starting this
 
     made = _factory.load_model(spec)
