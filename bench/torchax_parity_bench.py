@@ -55,6 +55,8 @@ def _anchor(layers: int, seq: int, dtype: str) -> dict:
 
 
 def _verify(layers: int, seq: int, dtype: str) -> dict:
+    import torchax  # noqa: F401  (imported before the clock, as the anchor's is)
+
     from torch_xla_ext import parity
 
     model, ids = _model(layers, seq)

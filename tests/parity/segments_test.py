@@ -169,9 +169,10 @@ def test_a_gpt2_run_cuts_at_its_blocks(localize):
     seen = {}
     real = replays.compile_replays
 
-    def compile_replays(program, unrounded="auto", capture_program=None, cuts=(), rules="xla-cpu", device=None):
+    def compile_replays(program, unrounded="auto", capture_program=None, cuts=(), rules="xla-cpu", device=None,
+                        **options):
         seen.update(program=program, capture_program=capture_program, cuts=list(cuts))
-        compiled = real(program, unrounded, capture_program, cuts, rules, device)
+        compiled = real(program, unrounded, capture_program, cuts, rules, device, **options)
         seen["plan"] = compiled.rounded.plan
         return compiled
 

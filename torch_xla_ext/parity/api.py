@@ -63,23 +63,24 @@ def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any
 
 
 def verify_stages(r: Request) -> list[pipeline.Stage]:
-    """verify's stages for ``r``: CPU eager (twice), the fp64 golden (with localize: the
-    localisation's), the XLA run (its program's replays compiling beside it), the replays, the
-    localisation (on a second, hooked XLA run when the rounded replay does not reproduce the run),
-    the outputs compared, the frontend's own checks (torchax's op audit), Model Explorer.
+    """verify's stages for ``r``: the XLA run (its program's replays compiling, and where they can,
+    running, beside what follows), CPU eager (twice), the fp64 golden (with localize: the
+    localisation's), the replays, the localisation (on a second, hooked XLA run when the rounded
+    replay does not reproduce the run), the outputs compared, the frontend's own checks (torchax's
+    op audit), Model Explorer.
 
     Example:
         >>> import torch
         >>> [s.name for s in verify_stages(request(torch.nn.Linear(2, 2), localize=True))]  # doctest: +NORMALIZE_WHITESPACE
-        ['CPU eager', 'second CPU eager', 'XLA', "outputs' shapes", 'CPU eager against itself', 'replays',
+        ['XLA', 'CPU eager', 'second CPU eager', "outputs' shapes", 'CPU eager against itself', 'replays',
          'XLA capture', 'localisation', 'outputs compared']
     """
     fe = frontends.of(r.frontend)
     return [
+        fe.stage(replays.start_early, program=r.emulate or r.explorer_dir is not None),
         cpu_eager.FIRST,
         cpu_eager.SECOND,
         *golden.PLAIN.when(not r.localize),
-        fe.stage(replays.start_early, program=r.emulate or r.explorer_dir is not None),
         xla_run.SAME_SHAPES,
         cpu_eager.DETERMINISTIC,
         *replays.STAGE.when(r.emulate),

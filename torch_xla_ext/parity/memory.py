@@ -26,10 +26,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import os
 import threading
 from typing import Any, Iterator
 
-__all__ = ["RELEASES", "collector_skips_existing_objects", "release"]
+__all__ = ["RELEASES", "collector_skips_existing_objects", "free_bytes", "release"]
 
 # What a stage hands back when it ends: nothing, freed heap pages (a trim: cheap), or a garbage
 # collection and a trim (for what sits in reference cycles: JAX's execution objects, torch_xla's).
@@ -55,6 +56,7 @@ def collector_skips_existing_objects() -> Iterator[None]:
 
     Example:
         >>> import gc
+import os
         >>> with collector_skips_existing_objects():
         ...     gc.get_freeze_count() > 0
         True
@@ -77,6 +79,27 @@ def collector_skips_existing_objects() -> Iterator[None]:
             if _DEPTH == 0 and _FROZE:
                 gc.unfreeze()
                 _FROZE = False
+
+
+def free_bytes() -> int:
+    """The machine's memory available to a new allocation without swapping (Linux's MemAvailable;
+    elsewhere the free pages), in bytes; 0 when it cannot be read.
+
+    Example:
+        >>> free_bytes() > 0
+        True
+    """
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def release(level: str = "collect") -> None:

@@ -84,7 +84,10 @@ class ProgramRun:
     ``capture_args``: the same program with recorded module tensors as extra results after the
     outputs (the rounded replay computes them), or None. ``excess_precision``: whether the device
     kept an elementwise result unrounded where a convert reads it (XLA's compiled programs), or
-    rounded every op's result to its type (an eager run: every op its own computation)."""
+    rounded every op's result to its type (an eager run: every op its own computation).
+    ``rounded_by_run``: the run is its own rounded replay: it compiled this program with the
+    replays' compiler (jaxlib's XLA:CPU, in this process) and the rules are XLA:CPU's own, so the
+    replays do not compile it again and its outputs are that replay's results."""
 
     proto: bytes | str | None
     args: LazyArgs | list[np.ndarray] | None
@@ -92,6 +95,7 @@ class ProgramRun:
     capture_proto: bytes | str | None = None
     capture_args: LazyArgs | None = None
     excess_precision: bool = True
+    rounded_by_run: bool = False
 
     def programs(self) -> tuple[Program, Program | None]:
         """(the outputs' program, the program with the module tensors or None), parsed."""
@@ -108,10 +112,11 @@ def _program(source: bytes | str | None, excess_precision: bool = True) -> Progr
 @dataclasses.dataclass
 class WideProgram:
     """The run's program as torch's own dtypes ask for it (``program``: traced with JAX's x64 mode
-    on, float64 and int64 kept, with its arguments in those dtypes), and the tensors the run
-    computed narrower (``narrowed``, in the order the model made them)."""
+    on, float64 and int64 kept, with its arguments in those dtypes; None when no float64 tensor was
+    narrowed, so there is nothing to replay), and the tensors the run computed narrower
+    (``narrowed``, in the order the model made them)."""
 
-    program: ProgramRun
+    program: ProgramRun | None
     narrowed: tuple[Narrowed, ...]
 
     @property
@@ -192,10 +197,10 @@ class Early:
         self._pool: ThreadPoolExecutor | None = None
         self._future: Future | None = None
 
-    def start(self, fn: Callable[..., Any], *args: Any) -> None:
+    def start(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1)
-        self._future = self._pool.submit(fn, *args)
+        self._future = self._pool.submit(fn, *args, **kwargs)
 
     def take(self) -> Any:
         """The work's result (the taker then owns it, so it can be freed), or None when nothing

@@ -2,10 +2,12 @@
 float64 tensor as float32 and an int64 tensor as int32.
 
 The run's own program cannot say which tensors torch meant to be 64-bit: with x64 off it has none.
-So the program is traced again with JAX's x64 mode on (the wide program: float64 and int64 where
-torch has them), with :class:`SixtyFourBit` watching every torch call of that trace: each call
-whose result is float64 or int64 is a tensor the run computed narrower, named by the torch call,
-the module whose forward made it and the model's line (:class:`~torch_xla_ext.parity.record.Narrowed`).
+So :class:`SixtyFourBit` watches every torch call of the forward on the meta device (torch's own
+dtypes, no arithmetic): each call whose result is float64 or int64 is a tensor the run computed
+narrower, named by the torch call, the module whose forward made it and the model's line
+(:class:`~torch_xla_ext.parity.record.Narrowed`). Where some are float64 (or the forward cannot run
+on the meta device), the program is traced again with JAX's x64 mode on (the wide program: float64
+and int64 where torch has them), watched the same way.
 The wide program's rounded replay is what the run would give with x64 on; the cause rule
 (:mod:`.causes`) names x64 when it is as accurate as CPU eager and the run is not.
 

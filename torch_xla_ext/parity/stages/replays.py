@@ -4,7 +4,11 @@ without rounding (:mod:`..program.replay`).
 
 Both compile in a thread from the moment the XLA run's program exists (:func:`start_early`),
 while torch_xla compiles and executes it: at real sizes the rounded replay's compile costs about
-what torch_xla's own does. The rounded replay runs the program with the run's recorded module
+what torch_xla's own does. Where the run's arguments are host arrays already (a JAX run's buffers)
+and their widened copies fit in a quarter of the free memory, the unrounded replay also runs there,
+beside the run and the CPU eager runs. Where the run is its own rounded replay
+(``ProgramRun.rounded_by_run``: torchax's compiled run on JAX's CPU under XLA:CPU's rules), only
+the unrounded replay is compiled and the run's outputs are the rounded replay's results. The rounded replay runs the program with the run's recorded module
 tensors as extra results, cut at the blocks' boundaries so repeated blocks compile once
 (:mod:`..program.segments`); where it reproduces the run within the bound evaluation order allows
 (:func:`~torch_xla_ext.parity.causes.replay_bound`), its module tensors are the localisation's
@@ -37,7 +41,9 @@ from typing import Sequence
 import numpy as np
 
 from torch_xla_ext import _device
+from torch_xla_ext.errors import InternalError
 from torch_xla_ext.parity import memory
+from torch_xla_ext.parity.casts import to_numpy
 from torch_xla_ext.parity.causes import output_parity, replay_figures
 from torch_xla_ext.parity.errors import CaptureError, ReplayError
 from torch_xla_ext.parity.pipeline import Stage
@@ -52,81 +58,120 @@ __all__ = ["COMPARE", "STAGE", "Compiled", "compare_outputs", "compile_replays",
 
 @dataclasses.dataclass
 class Compiled:
-    """A program's replays, compiled: the rounded one (under the rules), the unrounded one, the
-    rounded one under XLA:CPU's own rules when the rules changed a matmul (else None), and the
-    seconds converting and compiling took."""
+    """A program's replays, compiled: the rounded one (under the rules; None where the run is its
+    own rounded replay, :attr:`ProgramRun.rounded_by_run`), the unrounded one, the rounded one
+    under XLA:CPU's own rules when the rules changed a matmul (else None), and the seconds
+    converting and compiling took. ``exact_results``: the unrounded replay's results when it ran
+    early (:func:`start_early`; ``exact`` is then None)."""
 
     program: Program
-    rounded: Replay
-    exact: Replay
+    rounded: Replay | None
+    exact: Replay | None
     xla_cpu: Replay | None
     seconds: dict[str, float]
+    exact_results: list[np.ndarray] | None = None
 
 
 def compile_replays(program: Program, unrounded: str = "auto", capture_program: Program | None = None,
-                    cuts: Sequence[int] = (), rules: str | Rules = "xla-cpu", device: str | None = None) -> Compiled:
+                    cuts: Sequence[int] = (), rules: str | Rules = "xla-cpu", device: str | None = None, *,
+                    rounded: bool = True) -> Compiled:
     """The replays of ``program``, compiled. ``unrounded``: the unrounded replay's float, "f64", "f32", or "auto"
     (:func:`~torch_xla_ext.parity.program.replay.unrounded_precision`). ``capture_program``: the
     program's outputs followed by the run's module tensors, which the rounded replay then runs
     instead, cut at the module tensors ``cuts`` (indices among them). ``rules`` (resolved against
     ``program`` and ``device``) apply to the rounded replay; when they change any f32 matmul, a
-    rounded replay of ``program`` with XLA:CPU's rules comes too. ReplayError when a replay
-    cannot be built."""
+    rounded replay of ``program`` with XLA:CPU's rules comes too. Without ``rounded``, the
+    unrounded replay alone (the run is its own rounded replay). ReplayError when a replay cannot
+    be built."""
     seconds: dict[str, float] = {}
     precision = unrounded_precision(program) if unrounded == "auto" else unrounded
     rules = resolve(rules, program, device)
     offset = len(program.main.returned)  # the module tensors follow the outputs
     # Two compiles; XLA releases the GIL while compiling, so they overlap on two cores.
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(Replay, capture_program or program, rounded=True, rules=rules,
-                               cuts=[offset + c for c in cuts] if capture_program is not None else ()),
-                   pool.submit(Replay, program, rounded=False, precision=precision)]
-        rounded, exact = (f.result() for f in futures)
-    xla_cpu = Replay(program, rounded=True) if rounded.applied else None
-    seconds["compile rounded replay"] = rounded.seconds["compile"]
+        futures = [pool.submit(Replay, program, rounded=False, precision=precision)]
+        if rounded:
+            futures.append(pool.submit(Replay, capture_program or program, rounded=True, rules=rules,
+                                       cuts=[offset + c for c in cuts] if capture_program is not None else ()))
+        exact, rounded_replay = futures[0].result(), futures[1].result() if rounded else None
+    xla_cpu = Replay(program, rounded=True) if rounded_replay is not None and rounded_replay.applied else None
+    if rounded_replay is not None:
+        seconds["compile rounded replay"] = rounded_replay.seconds["compile"]
     seconds["compile exact replay"] = exact.seconds["compile"]
     if xla_cpu is not None:
         seconds["compile XLA:CPU rounded replay"] = xla_cpu.seconds["compile"]
-    return Compiled(program, rounded, exact, xla_cpu, seconds)
+    return Compiled(program, rounded_replay, exact, xla_cpu, seconds)
 
 
-def _compile(run: ProgramRun, cuts: Sequence[int], rules: str | Rules, device: str | None) -> Compiled:
+def _compile(run: ProgramRun, cuts: Sequence[int], rules: str | Rules, device: str | None, *,
+             early: bool = False) -> Compiled:
     t0 = time.perf_counter()
     program, capture = run.programs()
     convert = time.perf_counter() - t0
-    compiled = compile_replays(program, "auto", capture, cuts, rules, device)
+    compiled = compile_replays(program, "auto", capture, cuts, rules, device, rounded=not run.rounded_by_run)
     compiled.seconds["program"] = convert
+    if early and _runs_early(run):
+        compiled.exact_results = compiled.exact(run.args)
+        compiled.seconds["run exact replay"] = compiled.exact.seconds["run"]
+        compiled.exact = None
     return compiled
+
+
+# The share of the machine's free memory the unrounded replay's widened arguments may take for it to
+# run early, beside the XLA run (later, it runs alone and may consume the arguments as it widens them).
+_EARLY_SHARE = 0.25
+
+
+def _runs_early(run: ProgramRun) -> bool:
+    """Whether the unrounded replay runs as soon as it is compiled, beside the XLA run: when its
+    arguments are already host arrays (the run's own buffers, as JAX's CPU client holds them, not
+    copies made on demand) and their widened copies fit in a share of the free memory."""
+    if not isinstance(run.args, list):
+        return False
+    widened = sum(np.asarray(a).size for a in run.args) * 8
+    return widened <= _EARLY_SHARE * memory.free_bytes()
 
 
 def start_early(record: RunRecord, run: ProgramRun, cuts: Sequence[int]) -> None:
     """The XLA run stage's ``early``: the replays' compile, started on the run's program before
     torch_xla compiles and executes it (both release the GIL)."""
-    record.early.start(_compile, run, list(cuts), record.request.rules, record.device or _device.current())
+    record.early.start(_compile, run, list(cuts), record.request.rules, record.device or _device.current(),
+                       early=True)
 
 
 def replay_program(run: ProgramRun | None, compiled: Compiled | None, n_outputs: int,
-                   shapes: Sequence[tuple[int, ...]], keep_args: bool, rules: str | Rules, device: str | None) -> Replayed:
+                   shapes: Sequence[tuple[int, ...]], keep_args: bool, rules: str | Rules, device: str | None,
+                   outputs: Outputs | None = None) -> Replayed:
     """The program of ``run`` replayed rounded and unrounded (``compiled``: already compiled by
     :func:`start_early`, else compiled here). Without ``keep_args``, the run's arguments are
     released during an f64 replay (its copies of them replace them): at real sizes these are the
     weights; an f32 replay keeps them, so :data:`COMPARE` can confirm in f64. With a
     ``capture_proto``, the rounded replay runs that program and its results after the outputs
     are ``captured``. Inside, the rounded replay's executable is freed (and the heap trimmed) before
-    the unrounded replay makes its copies of the arguments: one stage, two replays in turn."""
+    the unrounded replay makes its copies of the arguments: one stage, two replays in turn. Where
+    the run is its own rounded replay (``run.rounded_by_run``), its ``outputs`` are that replay's
+    results."""
     seconds: dict[str, float] = {}
     if run is None or run.proto is None:
         return Replayed(None, None, None, f"unavailable: {run.error if run is not None else 'no program'}", seconds)
+    if run.rounded_by_run and outputs is None:
+        raise InternalError("replay_program: a run that is its own rounded replay needs its outputs")
     try:
         compiled = compiled or _compile(run, (), rules, device)
         program, rounded_replay, exact_replay, xla_cpu_replay = (compiled.program, compiled.rounded, compiled.exact,
                                                                  compiled.xla_cpu)
+        exact = compiled.exact_results
         seconds.update(compiled.seconds)
         del compiled
-        precision, resolved, applied = exact_replay.precision, rounded_replay.rules, rounded_replay.applied
+        precision = exact_replay.precision if exact_replay is not None else unrounded_precision(program)
         with_capture = run.capture_proto is not None
-        rounded = rounded_replay(run.capture_args if with_capture else run.args, consume=with_capture)
-        seconds["run rounded replay"] = rounded_replay.seconds["run"]
+        if rounded_replay is None:  # the run is its own rounded replay
+            resolved, applied = resolve(rules, program, device), {}
+            rounded = [to_numpy(t) for _, t in outputs]
+        else:
+            resolved, applied = rounded_replay.rules, rounded_replay.applied
+            rounded = rounded_replay(run.capture_args if with_capture else run.args, consume=with_capture)
+            seconds["run rounded replay"] = rounded_replay.seconds["run"]
         del rounded_replay  # its executable keeps its temporaries (the weights in f32) until freed
         memory.release("trim")  # the run itself collected its cycle
         captured = rounded[n_outputs:] if with_capture else None
@@ -136,8 +181,11 @@ def replay_program(run: ProgramRun | None, compiled: Compiled | None, n_outputs:
             xla_cpu = xla_cpu_replay(run.args)
             seconds["run XLA:CPU rounded replay"] = xla_cpu_replay.seconds["run"]
             del xla_cpu_replay
-        exact = exact_replay(run.args, consume=not keep_args and precision == "f64")
-        seconds["run exact replay"] = exact_replay.seconds["run"]
+        if exact is None:
+            exact = exact_replay(run.args, consume=not keep_args and precision == "f64")
+            seconds["run exact replay"] = exact_replay.seconds["run"]
+        elif not keep_args and precision == "f64" and isinstance(run.args, list):
+            run.args.clear()  # it ran early; as it would have consumed them, nothing reads them after
         del exact_replay
     except ReplayError as e:
         return Replayed(None, None, None, f"unavailable: {e}", seconds)
@@ -169,10 +217,11 @@ def _replays(record: RunRecord) -> None:
     outputs = record.xla.outputs
     replayed = replay_program(record.xla.program, record.early.take(), len(outputs),
                               [tuple(t.shape) for _, t in outputs], keep_args=r.explorer_dir is not None,
-                              rules=r.rules, device=record.device)
+                              rules=r.rules, device=record.device, outputs=outputs)
     record.replayed = replayed
-    if record.xla.wide is not None and record.xla.wide.floats and replayed.rounded is not None:
-        replayed.wide, replayed.wide_status = _wide_replay(record.xla.wide, replayed)
+    wide = record.xla.wide
+    if wide is not None and wide.program is not None and wide.floats and replayed.rounded is not None:
+        replayed.wide, replayed.wide_status = _wide_replay(wide, replayed)
     if record.recorder is not None:  # localize: the module tensors, when the replay reproduces the run
         captured, replayed.captured = replayed.captured, None
         record.capture = record.recorder.replayed(captured if reproduces(outputs, replayed) else None, outputs,

@@ -12,9 +12,13 @@ holds torchax's side).
   why (``XlaRun.how``). Its program is the same forward traced with every value the run read back
   to Python (``.item()``, ``nonzero``) taken from the run, as torch_xla's lazy trace takes a read
   value, replayed with every op's result rounded to its type (each op was its own computation).
-* **x64**: with JAX's x64 mode off, the program is traced again with it on, watching which torch
-  calls make float64 or int64 tensors (:mod:`..x64`); that wide program, with its arguments in
-  torch's dtypes, is what the replays compare the run with (``XlaRun.wide``).
+* **x64**: with JAX's x64 mode off, the forward on the meta device says which torch calls make
+  float64 or int64 tensors (:mod:`..x64`); where some make float64, the program is traced again
+  with x64 on, and that wide program, with its arguments in torch's dtypes, is what the replays
+  compare the run with (``XlaRun.wide``).
+* **Its own rounded replay**: on JAX's CPU under XLA:CPU's rules, the compiled run is the rounded
+  replay (``ProgramRun.rounded_by_run``: the same program, compiled by the replays' own XLA:CPU in
+  this process), so the replays compile the unrounded replay alone and no capture program is traced.
 
 A model torchax cannot run at all (an op without a lowering, a CPU tensor in its math) is a
 :class:`~torch_xla_ext.parity.errors.FrontendRunError` naming the model, the error and the model's
@@ -40,6 +44,7 @@ import torch
 
 from torch_xla_ext._compat import torchax_run as _tx
 from torch_xla_ext._compat.pytree import tree_leaves
+from torch_xla_ext import _device
 from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity import capturing
 from torch_xla_ext.parity.captures import Capture
@@ -48,11 +53,12 @@ from torch_xla_ext.parity.errors import FrontendRunError, ParityError
 from torch_xla_ext.parity.leaves import float_leaves
 from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.program.replay import LazyArgs
+from torch_xla_ext.parity.program.rules import XLA_CPU, resolve
 from torch_xla_ext.parity.record import ProgramRun, RunRecord, WideProgram, XlaRun
 from torch_xla_ext.parity.user_code import UserFailure, call, site, traceback_frames
 from torch_xla_ext.parity.x64 import SixtyFourBit
 
-__all__ = ["DEVICE", "capture", "origin", "run_torchax", "stage"]
+__all__ = ["DEVICE", "OWN_REPLAY_NOTE", "capture", "origin", "run_torchax", "stage"]
 
 DEVICE = "jax:0"  # the torch device torchax's tensors report
 
@@ -106,13 +112,15 @@ def _why(error: BaseException, model: Any) -> str:
 
 def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool,
                 on_program: Callable[..., Any] | None = None, *, recorder: Any = None, replayed: Any = None,
-                stage: str = "XLA") -> XlaRun:
+                stage: str = "XLA", own_replay: bool = False) -> XlaRun:
     """The run of ``fn`` through torchax (module docstring). With ``capture_hlo`` its program (and,
     with JAX's x64 mode off, the wide program) comes with it; ``on_program(program)`` gets it before
     JAX compiles it. ``recorder``: records every module call (capturing.Recorder): from the eager
     run's values, or, on the compiled path, as extra results of a capture program the rounded
     replay computes when it is also ``replayed`` (capturing.Recorder, or BlockValues for the
-    blocks' boundaries alone)."""
+    blocks' boundaries alone). ``own_replay``: a compiled run is its own rounded replay
+    (``ProgramRun.rounded_by_run``; the caller knows the rules are XLA:CPU's on JAX's CPU), so no
+    capture program is traced for it."""
     torch.manual_seed(seed)
     _tx.seed(seed)
     with torch.no_grad():
@@ -128,8 +136,10 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
 
         def lowered(lowering: _tx.Lowering, reads: Any = None, excess_precision: bool = True) -> None:
             nonlocal program
-            program = ProgramRun(lowering.text, list(lowering.args), excess_precision=excess_precision)
-            if replayed is not None:  # the module tensors (or the blocks' boundaries) as extra results
+            own = own_replay and excess_precision  # the compiled run's program (an eager run rounds every op)
+            program = ProgramRun(lowering.text, list(lowering.args), excess_precision=excess_precision,
+                                 rounded_by_run=own)
+            if replayed is not None and not own:  # the module tensors (or the blocks' boundaries) as extra results
                 hooked = _tx.lower(model, a, k, _flattener([], lambda: replayed.device_values(DEVICE)), reads=reads,
                                    run=_recorded(replayed))
                 replayed.release()
@@ -185,7 +195,14 @@ def _run_eager(stage: str) -> Callable[..., Any]:
 def _wide(fn: Any, model: Any, a: tuple, k: dict, like: tuple, given: tuple, dtype: Any,
           reads: Any) -> WideProgram | None:
     """The wide program (x64 on) and the tensors the run computed narrower; None when torch makes no
-    64-bit tensor (or the trace with x64 on fails)."""
+    64-bit tensor (or the trace with x64 on fails). Which torch calls make 64-bit tensors is first
+    read from the forward on the meta device (torch's own dtypes, no arithmetic): where none makes a
+    float64 tensor there is nothing for a wide program to replay (an int64 computed as int32 is exact
+    while its values fit), and the forward is not traced again (at GPT-2 124M the trace costs what
+    torchax's own does; its int64 positions are such calls)."""
+    watch = _meta_watch(like)
+    if watch is not None and not any(n.dtype == "float64" for n in watch.narrowed):
+        return WideProgram(None, tuple(watch.narrowed)) if watch.narrowed else None
     modules = {id(m): p for p, m in model.named_modules()} if isinstance(model, torch.nn.Module) else {}
     watch = SixtyFourBit(modules)
     try:
@@ -196,6 +213,19 @@ def _wide(fn: Any, model: Any, a: tuple, k: dict, like: tuple, given: tuple, dty
         return None
     args = LazyArgs([_maker(kind, key, fn, given, dtype) for kind, key in lowering.order])
     return WideProgram(ProgramRun(lowering.text, args), tuple(watch.narrowed))
+
+
+def _meta_watch(like: tuple) -> SixtyFourBit | None:
+    """The 64-bit tensors the forward makes, watched on its copy on the meta device (``like``); None
+    when it cannot run there (it reads a value back, it makes CPU tensors of its own)."""
+    model, a, k = like
+    watch = SixtyFourBit({id(m): p for p, m in model.named_modules()} if isinstance(model, torch.nn.Module) else {})
+    try:
+        with watch:
+            model(*a, **k)
+    except Exception:  # noqa: BLE001 - the user's forward on the meta device: the x64 trace watches instead
+        return None
+    return watch
 
 
 def _wide_arguments(lowering: Any, like: tuple) -> bool:
@@ -236,6 +266,17 @@ def capture(model: Any, inputs: tuple, kwargs: dict, dtype: Any, seed: int, devi
     return cap
 
 
+OWN_REPLAY_NOTE = ("The rounded replay is the XLA run itself: JAX compiled the program with XLA:CPU in this process, "
+                   "the replays' own compiler, and XLA:CPU's rules change nothing in it, so it is not compiled a "
+                   "second time.")
+
+
+def _own_rounded_replay(rules: Any, device: str) -> bool:
+    """Whether torchax's compiled run on ``device`` is its own rounded replay under ``rules``: on
+    JAX's CPU, whose compiler is the replays' (jaxlib's XLA:CPU), with XLA:CPU's own rules."""
+    return _device.is_cpu(device) and resolve(rules, None, device).name == XLA_CPU.name
+
+
 def stage(early: Callable[[RunRecord, ProgramRun, list[int]], None] | None = None, *, program: bool = True) -> Stage:
     """The XLA run through torchax as a stage (the frontend's one seam; as ``xla_run.stage``). With
     ``program`` its program is kept; ``early(record, program, cuts)`` starts the replays' compile
@@ -251,10 +292,13 @@ def stage(early: Callable[[RunRecord, ProgramRun, list[int]], None] | None = Non
         replayed = recorder if r.emulate else None
         on_program = (lambda p: early(record, p, replayed.cuts if replayed is not None else [])) if (
             early is not None and r.emulate) else None
+        own = r.emulate and not r.localize and _own_rounded_replay(r.rules, record.device)
         record.xla = run_torchax(r.fn, r.inputs, r.kwargs, r.dtype, r.seed, program, on_program,
-                                 recorder=recorder if r.localize else None, replayed=replayed)
+                                 recorder=recorder if r.localize else None, replayed=replayed, own_replay=own)
         if record.xla.how is not None:
             record.notes.append(f"The XLA run is {record.xla.how}.")
+        if record.xla.program is not None and record.xla.program.rounded_by_run:
+            record.notes.append(OWN_REPLAY_NOTE)
         if r.localize and not r.emulate:  # the eager run recorded the module tensors itself
             record.capture = recorder.capture(record.xla.outputs, r.dtype)
         elif r.localize:
