@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -46,11 +47,25 @@ from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.rules import F32_MANTISSA_BITS, XLA_CPU, MatmulPrecision, Rules, is_f32_matmul
 from torch_xla_ext.parity.program.stablehlo import FunctionGraph, functions, location_name
 
-__all__ = ["NARROW_FORMATS", "WIDENED_TO_F64", "Rewriter", "apply_rules", "materialize_transposed_rhs",
-           "swap_transposed_dots", "with_intermediates"]
+__all__ = ["NARROW_FORMATS", "WIDENED_TO_F64", "Rewriter", "apply_rules", "has_narrow_floats",
+           "materialize_transposed_rhs", "swap_transposed_dots", "with_intermediates"]
 
 # (exponent bits, mantissa bits) of each narrow float (cc/parity's IsNarrowFloat says which are).
 NARROW_FORMATS = {_dtypes.by_name(n).mlir: _dtypes.float_format(n) for n in _dtypes.NARROW_FLOATS}
+_NARROW_TENSOR = re.compile(r"tensor<(?:[0-9?]+x)*(?:" + "|".join(NARROW_FORMATS) + r")>")
+
+
+def has_narrow_floats(text: str) -> bool:
+    """Whether StableHLO ``text`` has a tensor of a narrow float type (bf16, f16): a program whose
+    rounded replay rounds where its own rules place the roundings, not where the compiler does.
+
+    Example:
+        >>> has_narrow_floats("%0 = stablehlo.add %a, %b : tensor<2x3xbf16>"), has_narrow_floats("tensor<f32>")
+        (True, False)
+    """
+    return _NARROW_TENSOR.search(text) is not None
+
+
 # The floats the exact replay computes in f64.
 WIDENED_TO_F64 = ("bf16", "f16", "f32")
 # torch_xla's SPMD annotation: the value is unchanged (one device here).

@@ -16,9 +16,11 @@ holds torchax's side).
   float64 or int64 tensors (:mod:`..x64`); where some make float64, the program is traced again
   with x64 on, and that wide program, with its arguments in torch's dtypes, is what the replays
   compare the run with (``XlaRun.wide``).
-* **Its own rounded replay**: on JAX's CPU under XLA:CPU's rules, the compiled run is the rounded
-  replay (``ProgramRun.rounded_by_run``: the same program, compiled by the replays' own XLA:CPU in
-  this process), so the replays compile the unrounded replay alone and no capture program is traced.
+* **Its own rounded replay**: on JAX's CPU under XLA:CPU's rules, the compiled run of a program
+  in f32/f64 is the rounded replay (``ProgramRun.rounded_by_run``: the same program, compiled by the
+  replays' own XLA:CPU in this process, bit for bit), so the replays compile the unrounded replay
+  alone and no capture program is traced. A bf16/f16 program's rounded replay rounds where its
+  rules place the roundings, so it is compiled as before.
 
 A model torchax cannot run at all (an op without a lowering, a CPU tensor in its math) is a
 :class:`~torch_xla_ext.parity.errors.FrontendRunError` naming the model, the error and the model's
@@ -53,6 +55,7 @@ from torch_xla_ext.parity.errors import FrontendRunError, ParityError
 from torch_xla_ext.parity.leaves import float_leaves
 from torch_xla_ext.parity.pipeline import Stage
 from torch_xla_ext.parity.program.replay import LazyArgs
+from torch_xla_ext.parity.program.rewrite import has_narrow_floats
 from torch_xla_ext.parity.program.rules import XLA_CPU, resolve
 from torch_xla_ext.parity.record import ProgramRun, RunRecord, WideProgram, XlaRun
 from torch_xla_ext.parity.user_code import UserFailure, call, site, traceback_frames
@@ -118,9 +121,9 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
     JAX compiles it. ``recorder``: records every module call (capturing.Recorder): from the eager
     run's values, or, on the compiled path, as extra results of a capture program the rounded
     replay computes when it is also ``replayed`` (capturing.Recorder, or BlockValues for the
-    blocks' boundaries alone). ``own_replay``: a compiled run is its own rounded replay
-    (``ProgramRun.rounded_by_run``; the caller knows the rules are XLA:CPU's on JAX's CPU), so no
-    capture program is traced for it."""
+    blocks' boundaries alone). ``own_replay``: a compiled run of a program without narrow floats is
+    its own rounded replay (``ProgramRun.rounded_by_run``; the caller knows the rules are XLA:CPU's
+    on JAX's CPU), so no capture program is traced for it."""
     torch.manual_seed(seed)
     _tx.seed(seed)
     with torch.no_grad():
@@ -136,7 +139,9 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
 
         def lowered(lowering: _tx.Lowering, reads: Any = None, excess_precision: bool = True) -> None:
             nonlocal program
-            own = own_replay and excess_precision  # the compiled run's program (an eager run rounds every op)
+            # The compiled run's program (an eager run rounds every op), in f32/f64: a narrow float's
+            # rounded replay rounds where its rules say, which XLA:CPU itself need not.
+            own = own_replay and excess_precision and not has_narrow_floats(lowering.text)
             program = ProgramRun(lowering.text, list(lowering.args), excess_precision=excess_precision,
                                  rounded_by_run=own)
             if replayed is not None and not own:  # the module tensors (or the blocks' boundaries) as extra results
