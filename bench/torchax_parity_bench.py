@@ -7,7 +7,7 @@ returning tuples: torchax.compile returns no ModelOutput).
     ratio  = verify(model, (ids,), frontend="torchax") / anchor          (target: <= 2)
 
 Each measurement in its own fresh process (JAX's and torch's caches start empty), in the order
-anchor, verify. Timings on a shared machine drift with the others' load: the ratio, taken in the
+anchor, verify; both import torchax (and with it JAX) before their clock starts. Timings on a shared machine drift with the others' load: the ratio, taken in the
 same run, is the figure. Printed as JSON lines.
 
     PYTHONPATH=. .venv/bin/python bench/torchax_parity_bench.py [--layers 12] [--seq 128] [--dtype fp32]

@@ -56,7 +56,6 @@ def collector_skips_existing_objects() -> Iterator[None]:
 
     Example:
         >>> import gc
-import os
         >>> with collector_skips_existing_objects():
         ...     gc.get_freeze_count() > 0
         True
