@@ -7,9 +7,10 @@ while torch_xla compiles and executes it: at real sizes the rounded replay's com
 what torch_xla's own does. Where the run's arguments are host arrays already (a JAX run's buffers)
 and their widened copies fit in a quarter of the free memory, the unrounded replay also runs there,
 beside the run and the CPU eager runs. Where the run is its own rounded replay
-(``ProgramRun.rounded_by_run``: torchax's compiled run on JAX's CPU under XLA:CPU's rules), only
-the unrounded replay is compiled and the run's outputs are the rounded replay's results. The rounded replay runs the program with the run's recorded module
-tensors as extra results, cut at the blocks' boundaries so repeated blocks compile once
+(``ProgramRun.rounded_by_run``: torchax's compiled run of a float32 program on JAX's CPU under
+XLA:CPU's rules), only the unrounded replay is compiled and the run's outputs are the rounded
+replay's results. The rounded replay runs the program with the run's recorded module tensors as
+extra results, cut at the blocks' boundaries so repeated blocks compile once
 (:mod:`..program.segments`); where it reproduces the run within the bound evaluation order allows
 (:func:`~torch_xla_ext.parity.causes.replay_bound`), its module tensors are the localisation's
 capture (otherwise a second, hooked XLA run computes them: :data:`.capture.SECOND_RUN`). Under
@@ -62,11 +63,11 @@ class Compiled:
     own rounded replay, :attr:`ProgramRun.rounded_by_run`), the unrounded one, the rounded one
     under XLA:CPU's own rules when the rules changed a matmul (else None), and the seconds
     converting and compiling took. ``exact_results``: the unrounded replay's results when it ran
-    early (:func:`start_early`; ``exact`` is then None)."""
+    early (:func:`start_early`)."""
 
     program: Program
     rounded: Replay | None
-    exact: Replay | None
+    exact: Replay
     xla_cpu: Replay | None
     seconds: dict[str, float]
     exact_results: list[np.ndarray] | None = None
@@ -113,7 +114,6 @@ def _compile(run: ProgramRun, cuts: Sequence[int], rules: str | Rules, device: s
     if early and _runs_early(run):
         compiled.exact_results = compiled.exact(run.args)
         compiled.seconds["run exact replay"] = compiled.exact.seconds["run"]
-        compiled.exact = None
     return compiled
 
 
@@ -163,7 +163,7 @@ def replay_program(run: ProgramRun | None, compiled: Compiled | None, n_outputs:
         exact = compiled.exact_results
         seconds.update(compiled.seconds)
         del compiled
-        precision = exact_replay.precision if exact_replay is not None else unrounded_precision(program)
+        precision = exact_replay.precision
         with_capture = run.capture_proto is not None
         if rounded_replay is None:  # the run is its own rounded replay
             resolved, applied = resolve(rules, program, device), {}
