@@ -99,42 +99,37 @@ def _has(owner: Any, name: str) -> bool:
     return True
 
 
-def missing() -> list[str]:
-    """The names of :data:`REMOVED` the running torch lacks ("aten.prod.dim_Dimname", "aten.cholesky");
-    empty on a torch that has them all. Imports torch."""
+def _absent() -> list[tuple[Any, str, _AbsentOp]]:
+    """(owner, attribute, stand-in) for each name of :data:`REMOVED` the running torch lacks: a
+    whole op on its namespace, or an overload on its op. Imports torch."""
     import torch
 
-    out = []
+    out: list[tuple[Any, str, _AbsentOp]] = []
     for (ns, op), overloads in REMOVED.items():
         namespace = getattr(torch.ops, ns)
         if not _has(namespace, op):
-            out.append(f"{ns}.{op}")
+            out.append((namespace, op, _AbsentPacket(f"{ns}.{op}", overloads)))
             continue
         packet = getattr(namespace, op)
-        out += [f"{ns}.{op}.{o}" for o in overloads if not _has(packet, o)]
+        out += [(packet, o, _AbsentOp(f"{ns}.{op}.{o}")) for o in overloads if not _has(packet, o)]
     return out
 
 
-def _install_stand_ins() -> list[tuple[Any, str]]:
-    import torch
+def missing() -> list[str]:
+    """The names of :data:`REMOVED` the running torch lacks ("aten.prod.dim_Dimname", "aten.cholesky");
+    empty on a torch that has them all. Imports torch."""
+    return [stand_in.name() for _, _, stand_in in _absent()]
 
-    if not missing():
+
+def _install_stand_ins() -> list[tuple[Any, str]]:
+    absent = _absent()
+    if not absent:
         return []
     for module in _TORCH_FIRST:
         importlib.import_module(module)
-    installed: list[tuple[Any, str]] = []
-    for (ns, op), overloads in REMOVED.items():
-        namespace = getattr(torch.ops, ns)
-        if not _has(namespace, op):
-            setattr(namespace, op, _AbsentPacket(f"{ns}.{op}", overloads))
-            installed.append((namespace, op))
-            continue
-        packet = getattr(namespace, op)
-        for overload in overloads:
-            if not _has(packet, overload):
-                setattr(packet, overload, _AbsentOp(f"{ns}.{op}.{overload}"))
-                installed.append((packet, overload))
-    return installed
+    for owner, name, stand_in in absent:
+        setattr(owner, name, stand_in)
+    return [(owner, name) for owner, name, _ in absent]
 
 
 class _Loader(importlib.abc.Loader):

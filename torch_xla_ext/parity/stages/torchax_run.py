@@ -44,9 +44,9 @@ from typing import Any, Callable
 
 import torch
 
+from torch_xla_ext import _device
 from torch_xla_ext._compat import torchax_run as _tx
 from torch_xla_ext._compat.pytree import tree_leaves
-from torch_xla_ext import _device
 from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity import capturing
 from torch_xla_ext.parity.captures import Capture
@@ -103,10 +103,15 @@ class _Lazy:
         return to_numpy(cast_on_cpu(self.original, self.dtype))
 
 
+def _module_paths(model: Any) -> dict[int, str]:
+    """{id(submodule): its path} of a module (nothing for a function): how a site names its module."""
+    return {id(m): p for p, m in model.named_modules()} if isinstance(model, torch.nn.Module) else {}
+
+
 def _why(error: BaseException, model: Any) -> str:
     """What torchax raised on the model and where: the error's first line, the module and the
     model's line that was running."""
-    modules = {id(m): p for p, m in model.named_modules()} if isinstance(model, torch.nn.Module) else {}
+    modules = _module_paths(model)
     module, source, text = site(traceback_frames(error), modules)
     where = ", ".join(w for w in (f"in {module or '<root>'}" if module is not None else None,
                                   f"at {source}" + (f" `{text}`" if text else "") if source else None) if w)
@@ -208,7 +213,7 @@ def _wide(fn: Any, model: Any, a: tuple, k: dict, like: tuple, given: tuple, dty
     watch = _meta_watch(like)
     if watch is not None and not any(n.dtype == "float64" for n in watch.narrowed):
         return WideProgram(None, tuple(watch.narrowed)) if watch.narrowed else None
-    modules = {id(m): p for p, m in model.named_modules()} if isinstance(model, torch.nn.Module) else {}
+    modules = _module_paths(model)
     watch = SixtyFourBit(modules)
     try:
         lowering = _tx.lower(model, a, k, _flattener([]), reads=reads, like=like, mode=watch)
@@ -224,7 +229,7 @@ def _meta_watch(like: tuple) -> SixtyFourBit | None:
     """The 64-bit tensors the forward makes, watched on its copy on the meta device (``like``); None
     when it cannot run there (it reads a value back, it makes CPU tensors of its own)."""
     model, a, k = like
-    watch = SixtyFourBit({id(m): p for p, m in model.named_modules()} if isinstance(model, torch.nn.Module) else {})
+    watch = SixtyFourBit(_module_paths(model))
     try:
         with watch:
             model(*a, **k)
