@@ -5,6 +5,7 @@ runner alone times every stage and releases memory after it; every entry point's
 the check. Nothing here runs XLA: the stages are the test's own, over the real record."""
 
 import dataclasses
+import threading
 
 import pytest
 import torch
@@ -102,6 +103,29 @@ def test_the_runner_times_every_stage_releases_its_memory_and_ends_or_skips_as_t
     assert record.golden is None and record.cpu == 1
     assert released == ["trim", "none", "none"]  # nothing after the skipped stage
     assert record.seconds["total"] >= record.seconds["one"] + record.seconds["end"]
+
+
+def test_work_started_to_settle_is_done_when_its_stage_ends_and_other_early_work_is_not_waited_for():
+    gate = threading.Event()
+    seen = {}
+
+    def start(settle):
+        def run(record):
+            record.early.start(lambda: gate.wait(30) and "made", settle=settle)
+            if settle:  # the runner waits for it: let it finish
+                threading.Timer(0.2, gate.set).start()
+        return run
+
+    def after(record):
+        seen["done"] = record.early._future.done()  # the next stage's view of the early work
+        gate.set()  # (the runner's close waits for the work)
+
+    for settle in (True, False):
+        gate.clear()
+        record = pipeline.run(_request(), [pipeline.Stage("a", start(settle)), pipeline.Stage("b", after)],
+                              uses_xla=False)
+        assert seen["done"] is settle
+        assert record.early.take() is None  # the runner closed it: the work's result was not taken
 
 
 def test_the_users_exception_ends_the_run_as_its_failure_and_anything_else_raises():

@@ -126,3 +126,20 @@ def test_a_run_that_rounds_less_than_its_replay_leaves_the_bound():
 def test_the_bound_is_twice_the_smaller_error_plus_one_reordered_sum():
     assert causes.replay_bound(3.0, 1.0, 0.0, 64, U32) == 2.0
     assert causes.replay_bound(0.0, 0.0, 1.0, 64, U32) == 2 * 8 * U32
+
+
+def test_distances_treat_nan_against_nan_and_an_infinity_against_itself_as_agreeing():
+    inf, nan = math.inf, math.nan
+    exact = np.array([1.0, 2.0, inf, nan, 3.0])
+    run = np.array([1.0, 2.5, inf, nan, 3.0], f32)
+    # Same NaN and same infinity: no distance there; the exact math's non-finite elements are left
+    # out of the errors (the run's 2.5 against the exact 2.0 is its error).
+    assert causes.replay_figures(run, run.copy(), exact, 1)[:3] == (0.0, 0.5, 0.5)
+    assert causes.replay_figures(run, np.array([1.0, 2.5, -inf, nan, 3.0]), exact, 1)[0] == inf
+    assert causes.replay_figures(run, np.array([1.0, 2.5, inf, 7.0, 3.0]), exact, 1)[0] == inf
+    assert causes.replay_figures(run, np.array([1.0, 2.25, inf, nan, 3.0]), exact, 1)[0] == 0.25
+    # float32 and float64 arrays are read as they are: errors against a float64 golden, in float64.
+    import torch
+    golden = torch.tensor([1.0, 2.0 + 2.0 ** -30], dtype=torch.float64)
+    assert causes.golden_errors(np.array([1.0, 2.0], f32), golden) == (2.0 ** -30, 2.0 ** -31)
+    assert causes.golden_errors(np.array([1.0, 2.0], ml_dtypes.bfloat16), golden) == (2.0 ** -30, 2.0 ** -31)

@@ -10,6 +10,7 @@ import pytest
 
 from torch_xla_ext import parity
 from torch_xla_ext._ext import parity as core
+from torch_xla_ext.parity.program.replay import Widening
 
 BF16 = ml_dtypes.bfloat16
 f32 = np.float32
@@ -59,6 +60,30 @@ def test_exact_replay_is_fp64_without_rounding(linear):
     assert got.dtype == np.float64
     want = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
+LINEAR_F32 = LINEAR.replace("bf16", "f32")
+
+
+def test_exact_replay_takes_the_float64_copies_made_beforehand_and_checks_them():
+    exact = parity.Replay(parity.Program(LINEAR_F32), rounded=False)
+    rng = np.random.default_rng(3)
+    b, w, x = (rng.standard_normal(s).astype(f32) for s in ((4,), (4, 8), (2, 8)))
+    want = lambda x_: x_.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)  # noqa: E731
+    (plain,) = exact([b, w, x])
+    np.testing.assert_allclose(plain, want(x), rtol=1e-13, atol=1e-13)
+    # The copies are taken as they are (made from other values of x here: the result follows them,
+    # so they were used and not made again from the arguments).
+    (ahead,) = exact([b, w, x], widening=Widening([b, w, 2 * x]))
+    np.testing.assert_allclose(ahead, want(2 * x), rtol=1e-13, atol=1e-13)
+    # A copy of another shape or dtype than main's argument is not: the replay widens the argument.
+    (other,) = exact([b, w, x], widening=Widening([b, w, np.zeros((8, 2), f32)]))
+    (half,) = exact([b, w, x], widening=Widening([b, w, (2 * x).astype(np.float16)]))
+    np.testing.assert_array_equal(other, plain)
+    np.testing.assert_array_equal(half, plain)
+    cancelled = Widening([b, w, 2 * x])
+    cancelled.cancel()
+    np.testing.assert_array_equal(exact([b, w, x], widening=cancelled)[0], plain)
 
 
 def test_unrounded_f32_replay_computes_bf16_in_f32_without_rounding(linear):

@@ -235,13 +235,15 @@ def _state(model: Any) -> tuple:
 
 
 def compiled_forward(model: Any, args: tuple, kwargs: dict, flatten: Callable[[Any], list],
-                     on_lowered: Callable[[Lowering], None] | None = None) -> tuple[list, Lowering]:
+                     on_lowered: Callable[[Lowering], None] | None = None,
+                     on_arguments: Callable[[list[np.ndarray]], None] | None = None) -> tuple[list, Lowering]:
     """``torchax.compile(model)``'s forward (or ``torchax.compile(fn)``'s function) on ``args`` and
     ``kwargs`` (torchax tensors, the model moved), its outputs flattened by ``flatten`` (a torch
     value -> a list of tensors) inside the compiled function: lowered once, compiled from that
-    lowering and run; ``on_lowered(lowering)`` gets the lowering before JAX compiles it. Returns
-    (outputs as torchax tensors, the lowering with its arguments). What torchax or JAX raises while
-    tracing propagates."""
+    lowering and run; ``on_arguments(arrays)`` gets the function's arguments (the lowering's, in
+    its order) before it is traced, ``on_lowered(lowering)`` the lowering before JAX compiles it.
+    Returns (outputs as torchax tensors, the lowering with its arguments). What torchax or JAX
+    raises while tracing propagates."""
     import jax
     import torch
     import torchax
@@ -265,8 +267,11 @@ def compiled_forward(model: Any, args: tuple, kwargs: dict, flatten: Callable[[A
                 return flatten(model(*a, **k))
 
         call = interop.jax_view((*state, *inputs.tensors))
+        arrays = _numpy(jax.tree_util.tree_leaves(call))
+        if on_arguments is not None:
+            on_arguments(arrays)
         lowered = jax.jit(interop.jax_view(forward), keep_unused=True).lower(*call)
-        lowering = Lowering(lowered.as_text(), _numpy(jax.tree_util.tree_leaves(call)),
+        lowering = Lowering(lowered.as_text(), arrays,
                             _order(_labels(((fast.params, fast.buffers),) if state else (), inputs.tensors)))
         if on_lowered is not None:
             on_lowered(lowering)

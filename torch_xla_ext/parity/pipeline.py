@@ -5,8 +5,10 @@ checks it: :func:`check` refuses a stage list in which a stage reads a field no 
 writes (or one an earlier stage dropped), before anything runs, and :func:`run` fails a stage that
 writes a field it did not declare. The runner alone owns what every stage would otherwise repeat:
 
-* the early work (the replays' compile, started by the XLA run's stage in a thread) and its
-  cleanup, on every path;
+* the early work (the replays' compile, started by the XLA run's stage in a thread): waited
+  for when the stage that started it ends if it asked so (``Early.settle``: a program's run on
+  XLA's threads, which torch's CPU stages must not share the cores with), and its cleanup, on
+  every path;
 * memory: the collector skips the objects that existed before the run
   (:func:`~torch_xla_ext.parity.memory.collector_skips_existing_objects`), and after each stage
   the memory the stage declares it frees goes back (its ``release``);
@@ -123,6 +125,7 @@ def run(request: Request, stages: Sequence[Stage], *, record: RunRecord | None =
                 before = {name: id(getattr(record, name)) for name in fields}
                 t = time.perf_counter()
                 outcome = stage.run(record)
+                record.early.settle()
                 elapsed = time.perf_counter() - t
                 _check_writes(stage, record, before)
                 if outcome is not SKIPPED:  # a stage that had nothing to do is neither timed nor released after

@@ -24,7 +24,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
 import numpy as np
@@ -33,7 +33,7 @@ import torch
 from torch_xla_ext import numerics
 from torch_xla_ext.parity.capturing import Recorder
 from torch_xla_ext.parity.captures import Capture, ModuleCall
-from torch_xla_ext.parity.program.replay import LazyArgs
+from torch_xla_ext.parity.program.replay import LazyArgs, Widening
 from torch_xla_ext.parity.program.rules import XLA_CPU, Rules
 from torch_xla_ext.parity.program.stablehlo import Program
 from torch_xla_ext.parity.report import LayerParity, ModuleParity, Narrowed, OpAudit, OutputParity
@@ -87,7 +87,9 @@ class ProgramRun:
     rounded every op's result to its type (an eager run: every op its own computation).
     ``rounded_by_run``: the run is its own rounded replay: it compiled this program with the
     replays' compiler (jaxlib's XLA:CPU, in this process) and the rules are XLA:CPU's own, so the
-    replays do not compile it again and its outputs are that replay's results."""
+    replays do not compile it again and its outputs are that replay's results. ``widening``: the
+    float64 copies of ``args`` the exact replay takes, made since before the program was traced
+    (None: it widens them itself)."""
 
     proto: bytes | str | None
     args: LazyArgs | list[np.ndarray] | None
@@ -96,6 +98,7 @@ class ProgramRun:
     capture_args: LazyArgs | None = None
     excess_precision: bool = True
     rounded_by_run: bool = False
+    widening: Widening | None = None
 
     def programs(self) -> tuple[Program, Program | None]:
         """(the outputs' program, the program with the module tensors or None), parsed."""
@@ -191,16 +194,31 @@ class PerLayer:
 class Early:
     """Work started in a thread as soon as its input exists, while the caller goes on (the
     replays' compile beside torch_xla's own compile and run: both release the GIL). The runner
-    owns it and closes it on every path."""
+    owns it and closes it on every path.
+
+    Work started with ``settle`` is waited for when the stage that started it ends (the runner
+    calls :meth:`settle`): work that executes a program on XLA's CPU threads, which must not run
+    beside torch's CPU stages. Torch's OpenMP threads meet at a barrier in every op, and each op
+    then waits for the core XLA holds: GPT-2 124M's CPU eager run took 1.8 s beside the replay's
+    run against 0.16 s alone. A compile (one thread) may go on beside them."""
 
     def __init__(self) -> None:
         self._pool: ThreadPoolExecutor | None = None
         self._future: Future | None = None
+        self._settle = False
 
-    def start(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def start(self, fn: Callable[..., Any], *args: Any, settle: bool = False, **kwargs: Any) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1)
         self._future = self._pool.submit(fn, *args, **kwargs)
+        self._settle = settle
+
+    def settle(self) -> None:
+        """Waits for work started with ``settle`` (its result, or what it raised, stays for
+        :meth:`take`)."""
+        if self._settle and self._future is not None:
+            wait([self._future])
+        self._settle = False
 
     def take(self) -> Any:
         """The work's result (the taker then owns it, so it can be freed), or None when nothing

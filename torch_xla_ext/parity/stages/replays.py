@@ -6,7 +6,8 @@ Both compile in a thread from the moment the XLA run's program exists (:func:`st
 while torch_xla compiles and executes it: at real sizes the rounded replay's compile costs about
 what torch_xla's own does. Where the run's arguments are host arrays already (a JAX run's buffers)
 and their widened copies fit in a quarter of the free memory, the unrounded replay also runs there,
-beside the run and the CPU eager runs. Where the run is its own rounded replay
+beside the run, and the XLA run's stage ends when it has (not beside the CPU eager runs, whose
+OpenMP threads would wait on XLA's at every op: ``Early.settle``). Where the run is its own rounded replay
 (``ProgramRun.rounded_by_run``: torchax's compiled run of a float32 program on JAX's CPU under
 XLA:CPU's rules), only the unrounded replay is compiled and the run's outputs are the rounded
 replay's results. The rounded replay runs the program with the run's recorded module tensors as
@@ -105,38 +106,35 @@ def compile_replays(program: Program, unrounded: str = "auto", capture_program: 
 
 
 def _compile(run: ProgramRun, cuts: Sequence[int], rules: str | Rules, device: str | None, *,
-             early: bool = False) -> Compiled:
+             run_exact: bool = False) -> Compiled:
     t0 = time.perf_counter()
     program, capture = run.programs()
     convert = time.perf_counter() - t0
     compiled = compile_replays(program, "auto", capture, cuts, rules, device, rounded=not run.rounded_by_run)
     compiled.seconds["program"] = convert
-    if early and _runs_early(run):
-        compiled.exact_results = compiled.exact(run.args)
+    if run_exact:
+        compiled.exact_results = compiled.exact(run.args, widening=run.widening)
         compiled.seconds["run exact replay"] = compiled.exact.seconds["run"]
     return compiled
-
-
-# The share of the machine's free memory the unrounded replay's widened arguments may take for it to
-# run early, beside the XLA run (later, it runs alone and may consume the arguments as it widens them).
-_EARLY_SHARE = 0.25
 
 
 def _runs_early(run: ProgramRun) -> bool:
     """Whether the unrounded replay runs as soon as it is compiled, beside the XLA run: when its
     arguments are already host arrays (the run's own buffers, as JAX's CPU client holds them, not
-    copies made on demand) and their widened copies fit in a share of the free memory."""
+    copies made on demand) and their widened copies fit ahead of their turn (``memory.fits_ahead``;
+    in its turn, the replay may consume the arguments as it widens them)."""
     if not isinstance(run.args, list):
         return False
-    widened = sum(np.asarray(a).size for a in run.args) * 8
-    return widened <= _EARLY_SHARE * memory.free_bytes()
+    return memory.fits_ahead(sum(np.asarray(a).size for a in run.args) * 8)
 
 
 def start_early(record: RunRecord, run: ProgramRun, cuts: Sequence[int]) -> None:
     """The XLA run stage's ``early``: the replays' compile, started on the run's program before
-    torch_xla compiles and executes it (both release the GIL)."""
+    torch_xla compiles and executes it (both release the GIL), and where it can (:func:`_runs_early`)
+    the unrounded replay's run, which the stage waits for as it ends (``Early.settle``)."""
+    now = _runs_early(run)
     record.early.start(_compile, run, list(cuts), record.request.rules, record.device or _device.current(),
-                       early=True)
+                       run_exact=now, settle=now)
 
 
 def replay_program(run: ProgramRun | None, compiled: Compiled | None, n_outputs: int,
@@ -182,7 +180,7 @@ def replay_program(run: ProgramRun | None, compiled: Compiled | None, n_outputs:
             seconds["run XLA:CPU rounded replay"] = xla_cpu_replay.seconds["run"]
             del xla_cpu_replay
         if exact is None:
-            exact = exact_replay(run.args, consume=not keep_args and precision == "f64")
+            exact = exact_replay(run.args, consume=not keep_args and precision == "f64", widening=run.widening)
             seconds["run exact replay"] = exact_replay.seconds["run"]
         elif not keep_args and precision == "f64" and isinstance(run.args, list):
             run.args.clear()  # it ran early; as it would have consumed them, nothing reads them after

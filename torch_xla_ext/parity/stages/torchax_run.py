@@ -48,13 +48,13 @@ from torch_xla_ext import _device
 from torch_xla_ext._compat import torchax_run as _tx
 from torch_xla_ext._compat.pytree import tree_leaves
 from torch_xla_ext.errors import first_line
-from torch_xla_ext.parity import capturing
+from torch_xla_ext.parity import capturing, memory
 from torch_xla_ext.parity.captures import Capture
 from torch_xla_ext.parity.casts import cast_on_cpu, move, prepare, to_numpy
 from torch_xla_ext.parity.errors import FrontendRunError, ParityError
 from torch_xla_ext.parity.leaves import float_leaves
 from torch_xla_ext.parity.pipeline import Stage
-from torch_xla_ext.parity.program.replay import LazyArgs
+from torch_xla_ext.parity.program.replay import LazyArgs, Widening
 from torch_xla_ext.parity.program.rewrite import has_narrow_floats
 from torch_xla_ext.parity.program.rules import XLA_CPU, resolve
 from torch_xla_ext.parity.record import ProgramRun, RunRecord, WideProgram, XlaRun
@@ -142,13 +142,26 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
         how = None
         reads = None  # the values the eager run read back to Python (None: the compiled run)
 
+        widening: Widening | None = None
+
+        def arguments(arrays: list) -> None:
+            nonlocal widening
+            # The exact replay follows the run of its own rounded replay: its f64 copies of the
+            # weights are made beside the trace.
+            if memory.fits_ahead(sum(a.size for a in arrays) * 8):
+                widening = Widening(arrays)
+
         def lowered(lowering: _tx.Lowering, reads: Any = None, excess_precision: bool = True) -> None:
-            nonlocal program
+            nonlocal program, widening
             # The compiled run's program (an eager run rounds every op), in f32/f64: a narrow float's
             # rounded replay rounds where its rules say, which XLA:CPU itself need not.
             own = own_replay and excess_precision and not has_narrow_floats(lowering.text)
+            if widening is not None and not own:  # its unrounded replay is not the f64 one of a run's own
+                widening.cancel()
+                widening = None
             program = ProgramRun(lowering.text, list(lowering.args), excess_precision=excess_precision,
-                                 rounded_by_run=own)
+                                 rounded_by_run=own, widening=widening)
+            widening = None
             if replayed is not None and not own:  # the module tensors (or the blocks' boundaries) as extra results
                 hooked = _tx.lower(model, a, k, _flattener([], lambda: replayed.device_values(DEVICE)), reads=reads,
                                    run=_recorded(replayed))
@@ -163,10 +176,14 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
                 raise _Eager("the module tensors come from torchax's eager run (hooks inside a compiled function "
                              "see no values)")
             outputs, _ = _tx.compiled_forward(model, a, k, flatten,
-                                              on_lowered=lowered if capture_hlo else None)
+                                              on_lowered=lowered if capture_hlo else None,
+                                              on_arguments=arguments if capture_hlo and own_replay else None)
         except _Eager:
             outputs = None
         except Exception as e:  # noqa: BLE001 - torchax or JAX tracing the user's model: the eager run instead, the reason reported
+            if widening is not None:
+                widening.cancel()
+                widening = None
             outputs, program = None, None
             how = (f"torchax's eager run (op by op): torchax.compile fails on {type(fn).__name__}: "
                    f"{_why(e, model)}")
