@@ -47,7 +47,7 @@ from torch_xla_ext._compat import jax_mlir
 from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity import memory
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
-from torch_xla_ext.parity.program import segments
+from torch_xla_ext.parity.program import host_dots, segments
 from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.rewrite import (MODULE_SPMD_ATTRS, WIDENED_TO_F64, Rewriter,
                                                    materialize_transposed_rhs, swap_transposed_dots,
@@ -220,6 +220,9 @@ class Replay:
             # Cut at main's results ``cuts`` (a transformer's block outputs): each distinct segment
             # is compiled once (segments.py). Not with intermediates, whose text is the whole.
             self.plan = segments.split(module, cuts) if cuts and not intermediates else None
+            # The exact replay's large products on the host's BLAS, between segments (host_dots.py).
+            self.host = (host_dots.split(module) if self.plan is None and self.precision == "f64" and not intermediates
+                         else None)
             self.seconds["rewrite"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             try:
@@ -229,9 +232,10 @@ class Replay:
                 # replay keeps XLA's default, whose f32 code (FMA contraction, vectorised
                 # reductions) it reproduces. Both schedule for memory (the same arithmetic: at
                 # 0.9B the replays' peak 3 GB lower and their runs about 1.5x faster).
+                cut = self.plan or self.host
                 self.executables = [jax_mlir.compile_replicated(
                     jax_mlir.cpu_client(1), jax_mlir.module_to_bytecode(m), 1, optimize=rounded, memory_schedule=True)
-                    for m in (self.plan.modules if self.plan is not None else [module])]
+                    for m in (cut.modules if cut is not None else [module])]
             except RuntimeError as e:
                 raise ReplayError(f"XLA cannot compile the {self.mode} replay: {first_line(e)}") from None
             self.seconds["compile"] = time.perf_counter() - t1
@@ -274,13 +278,17 @@ class Replay:
         del args
         if consume:
             memory.release("collect")
-        if self.plan is None:
+        if self.host is not None:
+            client = jax_mlir.cpu_client(1)
+            out = host_dots.run(self.host, arrays,
+                                lambda m, inputs: jax_mlir.execute_on_device(client, self.executables[m], inputs))
+        elif self.plan is None:
             out = jax_mlir.execute_replicated(jax_mlir.cpu_client(1), self.executables[0], [arrays])[0]
         else:
             out = self._run_segments(arrays)
         # Copies: a result that is a view of its device buffer keeps the whole execution (its
         # arguments, the weights) alive as long as the caller holds the result.
-        out = [np.array(o, copy=True) for o in out]
+        out = [_owned(o) for o in out]
         # The placed arguments (the weights, in f64 for the exact replay) sit in a reference cycle
         # of JAX's execution objects: collect it now, not at some later allocation's mercy.
         del arrays
@@ -310,7 +318,21 @@ class Replay:
         return self.precision == "f64" and et in WIDENED_TO_F64
 
 
+_PLAIN_FROM = 1 << 20  # bytes from which a result's copy gets pages of its own (a mapping each)
 _TRIM_EVERY = 256 << 20  # bytes of consumed arguments between two returns of freed memory
+
+
+def _owned(arr: Any) -> np.ndarray:
+    """``arr`` (a result) as an array of its own: one that owns its memory as it is (a host
+    product's), else a copy in plain pages (a logits-sized copy in NumPy's own buffers cost 0.14 s)."""
+    if isinstance(arr, np.ndarray) and arr.flags.owndata:
+        return arr
+    arr = np.asarray(arr)
+    if arr.nbytes < _PLAIN_FROM:
+        return np.array(arr, copy=True)
+    out = memory.plain_pages(arr.shape, arr.dtype)
+    np.copyto(out, arr)
+    return out
 
 
 def _widened(arr: np.ndarray) -> np.ndarray:
