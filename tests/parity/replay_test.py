@@ -86,6 +86,31 @@ def test_exact_replay_takes_the_float64_copies_made_beforehand_and_checks_them()
     np.testing.assert_array_equal(exact([b, w, x], widening=cancelled)[0], plain)
 
 
+TIED = """func.func @main(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>, %c: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = stablehlo.multiply %a, %b : tensor<4x8xf32>
+  %1 = stablehlo.subtract %0, %c : tensor<4x8xf32>
+  return %1 : tensor<4x8xf32>
+}"""
+
+
+def test_an_array_passed_twice_is_widened_once():
+    """Tied weights (one buffer, two arguments): one float64 copy, handed to both; a copy of
+    another array with the same shape is its own. Oracle: numpy in float64."""
+    rng = np.random.default_rng(5)
+    w, other = (rng.standard_normal((4, 8)).astype(f32) for _ in range(2))
+    ahead = Widening([w, w, other])
+    first, second, third = (ahead.take(k, np.dtype(f32), (4, 8)) for k in range(3))
+    assert first is second and third is not first
+    np.testing.assert_array_equal(third, other.astype(np.float64))
+    exact = parity.Replay(parity.Program(TIED), rounded=False)
+    want = w.astype(np.float64) ** 2 - other.astype(np.float64)
+    np.testing.assert_allclose(exact([w, w, other])[0], want, rtol=1e-15, atol=1e-15)
+    np.testing.assert_allclose(exact([w, w, other], widening=Widening([w, w, other]))[0], want, rtol=1e-15,
+                               atol=1e-15)
+    # Not one buffer: a copy of w with the same values is widened on its own, to the same values.
+    np.testing.assert_allclose(exact([w, w.copy(), other])[0], want, rtol=1e-15, atol=1e-15)
+
+
 def test_unrounded_f32_replay_computes_bf16_in_f32_without_rounding(linear):
     """precision="f32": the program's bf16 values in f32, nothing rounded. Oracle: numpy in f32 and
     in f64. f32 keeps 16 more mantissa bits than bf16, so its distance from the exact values must

@@ -107,3 +107,57 @@ def test_int64_alone_costs_no_x64_trace_and_is_listed():
     assert run.wide.narrowed and all(n.dtype == "int64" for n in run.wide.narrowed)
     assert len(run.wide.narrowed) == len(oracle.calls), ([n.op for n in run.wide.narrowed], oracle.calls)
     assert all(n.op.rsplit(".", 1)[-1].strip("_") == c.strip("_") for n, c in zip(run.wide.narrowed, oracle.calls))
+
+
+def test_the_golden_takes_the_exact_replays_float64_weights():
+    """The fp64 golden of the model the exact replay ran takes that replay's float64 copies of its
+    float32 parameters (the same values: the run's float32 weights widened exactly) instead of
+    widening the model again. Oracle: the golden made without them, bit for bit, and the memory
+    its parameters sit in (the replay's copies, not fresh casts)."""
+    from torch_xla_ext.parity.casts import prepare
+    from torch_xla_ext.parity.cpu import run_cpu
+
+    model, args = _gpt2()
+    run = torchax_run.run_torchax(model, args, {}, None, 0, True, own_replay=True, share_weights=True)
+    assert run.program.widening is not None and run.program.labels is not None
+    program = Program(run.program.proto)
+    compiled = replays.compile_replays(program, rounded=False)
+    compiled.exact(run.program.args, widening=run.program.widening)  # takes every copy
+    given = run.program.widened_parameters()
+    names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    assert given and set(given) <= names  # by the model's own names (a tied weight under each)
+    assert run.program.widened_parameters() == {}  # handed over once; the Widening holds them no longer
+    shared, _ = run_cpu(model, args, {}, torch.float64, 0, via=None, given=given)
+    plain, _ = run_cpu(model, args, {}, torch.float64, 0, via=None)
+    for (p1, a), (p2, b) in zip(shared, plain):
+        assert p1 == p2 and a.dtype == torch.float64
+        assert torch.equal(a, b), p1  # bit for bit
+    prepared = prepare(model, "cpu", torch.float64, given=given)
+    pointers = {a.__array_interface__["data"][0] for a in given.values()}
+    used = [p for p in prepared.parameters() if p.data_ptr() in pointers]
+    assert len(used) == len({id(p) for p in model.parameters() if p.is_floating_point()})
+    # A float64 parameter (torchax runs it in float32 with x64 off: its copy is of the narrowed
+    # values) keeps its own cast, as does a cast through bfloat16.
+    wide = torch.nn.Linear(2, 2).double()
+    narrowed = {n: p.detach().float().double().numpy() + 1.0 for n, p in wide.named_parameters()}
+    assert torch.equal(prepare(wide, "cpu", torch.float64, given=narrowed).weight, wide.weight)
+    lin = torch.nn.Linear(2, 2)
+    other = {n: p.detach().double().numpy() + 1.0 for n, p in lin.named_parameters()}
+    assert torch.equal(prepare(lin, "cpu", torch.float64, via=torch.bfloat16, given=other).weight,
+                       lin.weight.detach().bfloat16().double())
+    assert torch.equal(prepare(lin, "cpu", torch.float64, given=other).weight, lin.weight.detach().double() + 1.0)
+
+
+def test_a_widening_hands_its_copies_over_only_once_all_were_taken():
+    from torch_xla_ext.parity.program.replay import Widening
+
+    a, b = np.float32([1.5, 2.0]), np.float32([3.0])
+    w = Widening([a, b], keep=True)
+    w.take(0, np.dtype(np.float32), (2,))
+    assert w.handed() == {}  # b not taken yet: the replay has not been through its arguments
+    w = Widening([a, b], keep=True)
+    w.take(0, np.dtype(np.float32), (2,)), w.take(1, np.dtype(np.float32), (1,))
+    handed = w.handed()
+    assert sorted(handed) == [0, 1] and handed[0][1].tolist() == [1.5, 2.0] and handed[0][0] == np.float32
+    assert w.handed() == {}
+    assert Widening([a, b]).handed() == {}  # without keep

@@ -63,19 +63,31 @@ def move(value: Any, device: Any, dtype: Any) -> Any:
     return tree_map(one, value)
 
 
-def prepare(fn: Any, device: Any, dtype: Any, *, via: Any = None, made: list | None = None) -> Callable:
+def prepare(fn: Any, device: Any, dtype: Any, *, via: Any = None, made: list | None = None,
+            given: dict[str, Any] | None = None) -> Callable:
     """A module is copied with its floating parameters and buffers cast to ``via`` (when given)
     and then to ``dtype`` on the CPU, and moved; other callables are kept. ``made`` (a list)
-    receives (copy, original) for every tensor cast."""
+    receives (copy, original) for every tensor cast. ``given``: {parameter name: a float64 numpy
+    copy of it} made elsewhere (the exact replay's), used in place of the cast where that cast is
+    the same values: a contiguous float32 parameter cast to float64 on the CPU through float32 or
+    nothing."""
     if not isinstance(fn, torch.nn.Module):
         return fn
 
     def cast(t: Any) -> Any:
         return cast_on_cpu(t, dtype, via).to(device)
 
+    made_for: dict[int, Any] = {}
+    if given and device == "cpu" and dtype == torch.float64 and via in (None, torch.float32):
+        for name, p in fn.named_parameters(remove_duplicate=False):
+            copy_ = given.get(name)
+            if (copy_ is not None and p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous()
+                    and copy_.dtype == np.float64 and tuple(copy_.shape) == tuple(p.shape)):
+                made_for[id(p)] = torch.from_numpy(copy_)
     memo: dict[int, Any] = {}
     for p in fn.parameters():
-        memo[id(p)] = torch.nn.Parameter(cast(p), requires_grad=p.requires_grad)
+        memo[id(p)] = torch.nn.Parameter(made_for[id(p)] if id(p) in made_for else cast(p),
+                                         requires_grad=p.requires_grad)
         if made is not None:
             made.append((memo[id(p)], p))
     for b in fn.buffers():

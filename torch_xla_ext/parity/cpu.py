@@ -25,16 +25,18 @@ __all__ = ["run_cpu"]
 
 
 def run_cpu(ref: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, *, via: Any = None,
-            stage: str = "CPU eager", run: Callable[..., Any] = call) -> tuple[list[tuple[str, Any]], float]:
+            stage: str = "CPU eager", run: Callable[..., Any] = call,
+            given: dict[str, Any] | None = None) -> tuple[list[tuple[str, Any]], float]:
     """(float outputs by path, seconds) of ``ref`` on the CPU in ``dtype`` (float64: the golden's
     float mode, :mod:`..widening`). ``via``: round inputs and parameters to this dtype first (the
     golden of what XLA received). ``run(stage, model, args, kwargs)`` calls the prepared model
-    (:func:`~torch_xla_ext.parity.user_code.call`, or a recorder of its module calls)."""
+    (:func:`~torch_xla_ext.parity.user_code.call`, or a recorder of its module calls). ``given``:
+    parameters already cast, by name (:func:`~torch_xla_ext.parity.casts.prepare`)."""
     torch.manual_seed(seed)
     with torch.no_grad():
         if via is not None:
             args, kwargs = move(args, "cpu", via), move(kwargs, "cpu", via)
-        fn = prepare(ref, "cpu", dtype, via=via)
+        fn = prepare(ref, "cpu", dtype, via=via, given=given)
         a, k = move(args, "cpu", dtype), move(kwargs, "cpu", dtype)
         t0 = time.perf_counter()
         with default_dtype(dtype):

@@ -89,7 +89,8 @@ class ProgramRun:
     replays' compiler (jaxlib's XLA:CPU, in this process) and the rules are XLA:CPU's own, so the
     replays do not compile it again and its outputs are that replay's results. ``widening``: the
     float64 copies of ``args`` the exact replay takes, made since before the program was traced
-    (None: it widens them itself)."""
+    (None: it widens them itself). ``labels``: what each of main's arguments is, ("parameter",
+    name), ("buffer", name) or ("input", k), where the frontend says (torchax's lowering)."""
 
     proto: bytes | str | None
     args: LazyArgs | list[np.ndarray] | None
@@ -99,6 +100,20 @@ class ProgramRun:
     excess_precision: bool = True
     rounded_by_run: bool = False
     widening: Widening | None = None
+    labels: list[tuple[str, Any]] | None = None
+
+    def widened_parameters(self) -> dict[str, np.ndarray]:
+        """{parameter name: its float64 copy} of the float32 parameters whose copies the exact replay
+        was handed and its Widening kept (``Widening.handed``); {} otherwise. The Widening lets go
+        of them either way."""
+        if self.widening is None or self.labels is None:
+            return {}
+        out = {}
+        for k, (source, copy) in self.widening.handed().items():
+            kind, key = self.labels[k] if k < len(self.labels) else ("", None)
+            if kind == "parameter" and source == np.float32:
+                out[key] = copy
+        return out
 
     def programs(self) -> tuple[Program, Program | None]:
         """(the outputs' program, the program with the module tensors or None), parsed."""

@@ -113,7 +113,8 @@ class Widening:
     third of its run at GPT-2 124M, is done beside the trace, whose Python holds one core while
     NumPy's casts release the GIL. :meth:`take` hands a copy over (the replay checks it against
     main's argument); :meth:`cancel` drops the rest (a program that turned out to need no f64
-    replay).
+    replay). With ``keep``, the copies handed over stay here for :meth:`handed` (the fp64 golden's
+    weights are the same values: it takes them instead of widening the model again).
 
     Example:
         >>> w = Widening([np.float32([1.5, 2.0]), np.int32([3])])
@@ -121,12 +122,20 @@ class Widening:
         (dtype('float64'), None)
     """
 
-    _WIDENS = ("float32", "float16", "bfloat16")
-
-    def __init__(self, arrays: Sequence[np.ndarray]):
+    def __init__(self, arrays: Sequence[np.ndarray], *, keep: bool = False):
         pool = ThreadPoolExecutor(1, thread_name_prefix="txe-widening")
-        self._entries: list[tuple[np.dtype, Future] | None] = [
-            (a.dtype, pool.submit(_widened, a)) if a.dtype.name in self._WIDENS else None for a in arrays]
+        self._kept: dict[int, tuple[np.dtype, np.ndarray]] | None = {} if keep else None
+        widens = {_numpy_dtype(et) for et in WIDENED_TO_F64}
+        made: dict[tuple, Future] = {}  # one copy of an array passed twice (tied weights)
+        self._entries: list[tuple[np.dtype, Future] | None] = []
+        for a in arrays:
+            if a.dtype not in widens:
+                self._entries.append(None)
+                continue
+            key = _buffer(a)
+            if key not in made:
+                made[key] = pool.submit(_widened, a)
+            self._entries.append((a.dtype, made[key]))
         pool.shutdown(wait=False)  # the thread ends when the last copy is made
 
     def take(self, k: int, dtype: np.dtype, shape: Sequence[int]) -> np.ndarray | None:
@@ -138,7 +147,18 @@ class Widening:
         self._entries[k] = None
         source, future = entry
         out = future.result()
-        return out if source == dtype and list(out.shape) == list(shape) else None
+        if source != dtype or list(out.shape) != list(shape):
+            return None
+        if self._kept is not None:
+            self._kept[k] = (source, out)
+        return out
+
+    def handed(self) -> dict[int, tuple[np.dtype, np.ndarray]]:
+        """{argument index: (its dtype, its float64 copy)} of the copies handed over, once the
+        replay has been through all of them (none is left to take), else {}; either way this
+        Widening holds them no longer. Empty without ``keep``, or after :meth:`cancel`."""
+        kept, self._kept = self._kept or {}, None
+        return kept if not any(e is not None for e in self._entries) else {}
 
     def cancel(self) -> None:
         """Drops every copy not yet taken (those not yet made are not made)."""
@@ -146,6 +166,7 @@ class Widening:
             if entry is not None:
                 entry[1].cancel()
         self._entries = []
+        self._kept = None
 
 
 class Replay:
@@ -258,6 +279,9 @@ class Replay:
             raise ParityError(f"args: main takes {len(self.arg_types)} arguments, got {len(args)}")
         t0 = time.perf_counter()  # the run includes widening the arguments (exact replay)
         arrays, released = [], 0
+        # An array passed twice (tied weights) is widened once, where the caller keeps every
+        # argument alive for the call (no freed array's memory can come back as another's).
+        widened: dict[tuple, np.ndarray] | None = None if consume or isinstance(given, LazyArgs) else {}
         for k, (shape, et) in enumerate(self.arg_types):
             want = _numpy_dtype(et)
             arr = np.asarray(made(args[k]))
@@ -266,7 +290,12 @@ class Replay:
             if self._widens(et):
                 given_bytes = arr.nbytes
                 ready = widening.take(k, arr.dtype, arr.shape) if widening is not None else None
-                arr = ready if ready is not None else _widened(arr)
+                if ready is None and widened is None:
+                    ready = _widened(arr)
+                elif ready is None:
+                    key = _buffer(arr)
+                    ready = widened[key] = widened[key] if key in widened else _widened(arr)
+                arr = ready
                 del ready
                 args[k] = None  # made for this call or consumed: only the widened copy runs
                 if consume:
@@ -291,7 +320,7 @@ class Replay:
         out = [_owned(o) for o in out]
         # The placed arguments (the weights, in f64 for the exact replay) sit in a reference cycle
         # of JAX's execution objects: collect it now, not at some later allocation's mercy.
-        del arrays
+        del arrays, widened
         memory.release("collect")
         self.seconds["run"] = time.perf_counter() - t0
         return out
@@ -320,6 +349,11 @@ class Replay:
 
 _PLAIN_FROM = 1 << 20  # bytes from which a result's copy gets pages of its own (a mapping each)
 _TRIM_EVERY = 256 << 20  # bytes of consumed arguments between two returns of freed memory
+
+
+def _buffer(arr: np.ndarray) -> tuple:
+    """What makes two arrays the same elements: their memory, dtype, shape and strides."""
+    return arr.__array_interface__["data"][0], arr.dtype.str, arr.shape, arr.strides
 
 
 def _owned(arr: Any) -> np.ndarray:

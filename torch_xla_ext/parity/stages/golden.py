@@ -35,14 +35,18 @@ __all__ = ["PLAIN", "GoldenWeights", "plain_golden", "widened_class"]
 
 def plain_golden(record: RunRecord) -> None:
     """The golden as one plain fp64 CPU run of the reference (without localisation, or when the
-    localisation's shadows failed)."""
+    localisation's shadows failed). Where the exact replay of the XLA run of the same model had
+    float64 copies of its float32 parameters made (``ProgramRun.widened_parameters``: the same
+    values, those the run received widened exactly), the golden's parameters are those copies."""
     r = record.request
+    program = record.xla.program if record.xla is not None else None
+    given = program.widened_parameters() if program is not None and not r.separate_reference else {}
     record.golden, _ = run_cpu(r.reference, r.inputs, r.kwargs, torch.float64, r.seed, via=r.dtype,
-                               stage="fp64 golden")
+                               stage="fp64 golden", given=given)
 
 
-PLAIN = Stage("fp64 golden", plain_golden, reads=("request",), writes=("golden",), seconds="golden",
-              release="trim")
+PLAIN = Stage("fp64 golden", plain_golden, reads=("request",), optional=("xla",), writes=("golden",),
+              seconds="golden", release="trim")
 
 
 def widened_class(dtype: Any = None):

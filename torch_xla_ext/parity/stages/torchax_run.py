@@ -120,7 +120,7 @@ def _why(error: BaseException, model: Any) -> str:
 
 def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, capture_hlo: bool,
                 on_program: Callable[..., Any] | None = None, *, recorder: Any = None, replayed: Any = None,
-                stage: str = "XLA", own_replay: bool = False) -> XlaRun:
+                stage: str = "XLA", own_replay: bool = False, share_weights: bool = False) -> XlaRun:
     """The run of ``fn`` through torchax (module docstring). With ``capture_hlo`` its program (and,
     with JAX's x64 mode off, the wide program) comes with it; ``on_program(program)`` gets it before
     JAX compiles it. ``recorder``: records every module call (capturing.Recorder): from the eager
@@ -128,7 +128,9 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
     replay computes when it is also ``replayed`` (capturing.Recorder, or BlockValues for the
     blocks' boundaries alone). ``own_replay``: a compiled run of a program without narrow floats is
     its own rounded replay (``ProgramRun.rounded_by_run``; the caller knows the rules are XLA:CPU's
-    on JAX's CPU), so no capture program is traced for it."""
+    on JAX's CPU), so no capture program is traced for it. ``share_weights``: the exact replay's
+    float64 copies of the weights are kept for the fp64 golden of the same model
+    (``ProgramRun.widened_parameters``)."""
     torch.manual_seed(seed)
     _tx.seed(seed)
     with torch.no_grad():
@@ -149,7 +151,7 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
             # The exact replay follows the run of its own rounded replay: its f64 copies of the
             # weights are made beside the trace.
             if memory.fits_ahead(sum(a.size for a in arrays) * 8):
-                widening = Widening(arrays)
+                widening = Widening(arrays, keep=share_weights)
 
         def lowered(lowering: _tx.Lowering, reads: Any = None, excess_precision: bool = True) -> None:
             nonlocal program, widening
@@ -160,7 +162,7 @@ def run_torchax(fn: Any, args: tuple, kwargs: dict, dtype: Any, seed: int, captu
                 widening.cancel()
                 widening = None
             program = ProgramRun(lowering.text, list(lowering.args), excess_precision=excess_precision,
-                                 rounded_by_run=own, widening=widening)
+                                 rounded_by_run=own, widening=widening, labels=list(lowering.order) or None)
             widening = None
             if replayed is not None and not own:  # the module tensors (or the blocks' boundaries) as extra results
                 hooked = _tx.lower(model, a, k, _flattener([], lambda: replayed.device_values(DEVICE)), reads=reads,
@@ -321,7 +323,8 @@ def stage(early: Callable[[RunRecord, ProgramRun, list[int]], None] | None = Non
             early is not None and r.emulate) else None
         own = r.emulate and not r.localize and _own_rounded_replay(r.rules, record.device)
         record.xla = run_torchax(r.fn, r.inputs, r.kwargs, r.dtype, r.seed, program, on_program,
-                                 recorder=recorder if r.localize else None, replayed=replayed, own_replay=own)
+                                 recorder=recorder if r.localize else None, replayed=replayed, own_replay=own,
+                                 share_weights=not r.separate_reference and not r.localize)
         if record.xla.how is not None:
             record.notes.append(f"The XLA run is {record.xla.how}.")
         if record.xla.program is not None and record.xla.program.rounded_by_run:
