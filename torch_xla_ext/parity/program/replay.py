@@ -48,6 +48,7 @@ from torch_xla_ext.errors import first_line
 from torch_xla_ext.parity import memory
 from torch_xla_ext.parity.errors import ParityError, ParityTypeError, ReplayError
 from torch_xla_ext.parity.program import host_dots, segments
+from torch_xla_ext.parity.program.interpreter import Interpreter, Unsupported
 from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.rewrite import (MODULE_SPMD_ATTRS, WIDENED_TO_F64, Rewriter,
                                                    materialize_transposed_rhs, swap_transposed_dots,
@@ -241,9 +242,16 @@ class Replay:
             # Cut at main's results ``cuts`` (a transformer's block outputs): each distinct segment
             # is compiled once (segments.py). Not with intermediates, whose text is the whole.
             self.plan = segments.split(module, cuts) if cuts and not intermediates else None
-            # The exact replay's large products on the host's BLAS, between segments (host_dots.py).
-            self.host = (host_dots.split(module) if self.plan is None and self.precision == "f64" and not intermediates
-                         else None)
+            # The exact replay evaluated in NumPy where it knows every op (interpreter.py), else
+            # compiled with its large products on the host's BLAS, between segments (host_dots.py).
+            self.interpreter = self.host = None
+            self.not_interpreted: str | None = None  # the op that kept an exact replay compiled
+            if self.plan is None and self.precision == "f64" and not intermediates:
+                try:
+                    self.interpreter = Interpreter(module)
+                except Unsupported as e:
+                    self.not_interpreted = str(e)
+                    self.host = host_dots.split(module)
             self.seconds["rewrite"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             try:
@@ -254,7 +262,7 @@ class Replay:
                 # reductions) it reproduces. Both schedule for memory (the same arithmetic: at
                 # 0.9B the replays' peak 3 GB lower and their runs about 1.5x faster).
                 cut = self.plan or self.host
-                self.executables = [jax_mlir.compile_replicated(
+                self.executables = [] if self.interpreter is not None else [jax_mlir.compile_replicated(
                     jax_mlir.cpu_client(1), jax_mlir.module_to_bytecode(m), 1, optimize=rounded, memory_schedule=True)
                     for m in (cut.modules if cut is not None else [module])]
             except RuntimeError as e:
@@ -307,7 +315,9 @@ class Replay:
         del args
         if consume:
             memory.release("collect")
-        if self.host is not None:
+        if self.interpreter is not None:
+            out = self.interpreter(arrays)
+        elif self.host is not None:
             client = jax_mlir.cpu_client(1)
             out = host_dots.run(self.host, arrays,
                                 lambda m, inputs: jax_mlir.execute_on_device(client, self.executables[m], inputs))
@@ -319,9 +329,10 @@ class Replay:
         # arguments, the weights) alive as long as the caller holds the result.
         out = [_owned(o) for o in out]
         # The placed arguments (the weights, in f64 for the exact replay) sit in a reference cycle
-        # of JAX's execution objects: collect it now, not at some later allocation's mercy.
+        # of JAX's execution objects: collect it now, not at some later allocation's mercy (the
+        # interpreter's are freed as their last reader is done).
         del arrays, widened
-        memory.release("collect")
+        memory.release("trim" if self.interpreter is not None else "collect")
         self.seconds["run"] = time.perf_counter() - t0
         return out
 
