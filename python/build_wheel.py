@@ -63,7 +63,9 @@ ROUTES = {
     "jax": {"jax[cpu]": None, "flatbuffers": ">=24.3"},  # flatbuffers: jax.export's (de)serialization
     "torch": {"torch": None},
     # torchax requires nothing itself: the route brings the torch and JAX it runs on.
-    "torchax": {"torchax": None, "optax": None, "torch": None, "jax[cpu]": None, "flatbuffers": ">=24.3"},
+    # threadpoolctl: parity's exact replay beside JAX's run on one BLAS thread (program/host_dots.py).
+    "torchax": {"torchax": None, "optax": None, "torch": None, "jax[cpu]": None, "flatbuffers": ">=24.3",
+                "threadpoolctl": ">=3.1"},
 }
 # Reproducible bytes: every member, RECORD included, carries this date.
 SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest a zip can say

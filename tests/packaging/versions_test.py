@@ -395,7 +395,8 @@ def test_each_route_asks_for_its_stack_and_nothing_else():
     assert _resolves(requires, {"xla"}, "3.10") == base | {"torch", "torch-xla"}  # no jax 0.7.1 for 3.10
     assert _resolves(requires, {"jax"}, "3.12") == base | {"jax", "flatbuffers"}  # jax[cpu] brings jaxlib
     assert _resolves(requires, {"torch"}, "3.11") == base | {"torch"}
-    assert _resolves(requires, {"torchax"}, "3.12") == base | {"torchax", "optax", "torch", "jax", "flatbuffers"}
+    assert _resolves(requires, {"torchax"}, "3.12") == base | {"torchax", "optax", "torch", "jax", "flatbuffers",
+                                                                 "threadpoolctl"}
 
 
 def test_jax_only_venv_at_the_pin_shares_the_project_pins():

@@ -1,4 +1,5 @@
-"""The exact replay's large products on the host's BLAS (program/host_dots.py).
+"""The exact replay's large products on the host's BLAS (program/host_dots.py), where the exact
+replay is compiled (a program the interpreter refuses: here, every program, by the fixture).
 
 Oracle: NumPy in float64 (einsum over the dimension numbers, written out per case), to float64
 rounding; and which products the split takes out, read from the program's own text."""
@@ -9,11 +10,23 @@ import numpy as np
 import pytest
 
 from torch_xla_ext.parity.program import host_dots
+from torch_xla_ext.parity.program import replay as replay_module
+from torch_xla_ext.parity.program.interpreter import Unsupported
 from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.replay import Replay
 from torch_xla_ext.parity.program.stablehlo import Program, parse
 
 RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def compiled_exact_replay(monkeypatch):
+    """The exact replay compiled, as for a program with an op the interpreter does not know."""
+
+    def refuse(module):
+        raise Unsupported("the test's own refusal")
+
+    monkeypatch.setattr(replay_module, "Interpreter", refuse)
 
 
 def _close(got, want):
@@ -106,3 +119,21 @@ def test_rounded_and_f32_replays_keep_their_products(monkeypatch):
     monkeypatch.setattr(host_dots, "MIN_FLOPS", 1.0)
     assert Replay(Program(_chain_program()), rounded=True).host is None
     assert Replay(Program(_chain_program()), rounded=False, precision="f32").host is None
+
+
+def test_one_blas_thread_limits_numpys_blas_for_the_block_only():
+    """The BLAS NumPy links, as its own library reports its threads (threadpoolctl reads
+    openblas_get_num_threads), on one thread inside the block and as before after it."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    np.ones((2, 2)) @ np.ones((2, 2))  # NumPy's BLAS loaded
+    before = blas_threads()
+    assert before
+    with host_dots.one_blas_thread():
+        assert blas_threads() == [1] * len(before)
+        x = RNG.standard_normal((64, 64))
+        _close(x @ x.T, np.einsum("ik,jk->ij", x, x))
+    assert blas_threads() == before

@@ -468,4 +468,5 @@ class Interpreter:
         return built
 
     def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
-        return self.main.run(list(args))
+        with np.errstate(all="ignore"):  # IEEE results (inf, NaN), as XLA gives them, without warnings
+            return self.main.run(list(args))

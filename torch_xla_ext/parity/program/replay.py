@@ -1,4 +1,5 @@
-"""A replay of the XLA run's program, compiled by XLA itself through JAX's CPU client.
+"""A replay of the XLA run's program, compiled by XLA itself through JAX's CPU client (the exact
+replay in float64: evaluated op by op in NumPy where :mod:`.interpreter` knows every op).
 
 Made by the rewrites of :mod:`.rewrite`:
 
@@ -14,7 +15,12 @@ Made by the rewrites of :mod:`.rewrite`:
   at f32's speed and with f32 copies of the weights (see :func:`unrounded_precision`).
 
 Either replay covers every op XLA compiles (gather, convolution, batch-norm, pad, reduce-window,
-select-and-scatter, while loops, calls, ...): XLA executes it, nothing is interpreted here.
+select-and-scatter, while loops, calls, ...): XLA executes it. The float64 exact replay of a
+program made of the ops :data:`.interpreter.OPS` lists (a transformer's, as torchax or torch_xla
+lower it) is evaluated by NumPy instead, with nothing to compile (``interpreter``; which op kept
+another one compiled: ``not_interpreted``); a compiled one runs its large float64 products on the
+host's BLAS (:mod:`.host_dots`). Both are the same math to float64's rounding: only the order of
+their sums differs, far below the tolerances the exact replay is compared with.
 
 Example:
     >>> import ml_dtypes

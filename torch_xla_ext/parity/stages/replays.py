@@ -49,6 +49,7 @@ from torch_xla_ext.parity.casts import to_numpy
 from torch_xla_ext.parity.causes import output_parity, replay_figures
 from torch_xla_ext.parity.errors import CaptureError, ReplayError
 from torch_xla_ext.parity.pipeline import Stage
+from torch_xla_ext.parity.program import host_dots
 from torch_xla_ext.parity.program.replay import Replay, unrounded_precision
 from torch_xla_ext.parity.program.rules import Rules, resolve
 from torch_xla_ext.parity.program.stablehlo import Program
@@ -113,7 +114,8 @@ def _compile(run: ProgramRun, cuts: Sequence[int], rules: str | Rules, device: s
     compiled = compile_replays(program, "auto", capture, cuts, rules, device, rounded=not run.rounded_by_run)
     compiled.seconds["program"] = convert
     if run_exact:
-        compiled.exact_results = compiled.exact(run.args, widening=run.widening)
+        with host_dots.one_blas_thread():  # beside the XLA run, which keeps the cores busy
+            compiled.exact_results = compiled.exact(run.args, widening=run.widening)
         compiled.seconds["run exact replay"] = compiled.exact.seconds["run"]
     return compiled
 
