@@ -235,6 +235,21 @@ def test_an_unknown_op_is_refused_by_name_and_the_replay_compiles(text, named):
     np.testing.assert_array_equal(got, want.astype(got.dtype))
 
 
+def test_an_interpreter_that_fails_on_its_arguments_leaves_the_replay_to_xla(monkeypatch):
+    text = _one("stablehlo.tanh %a0 : tensor<4xf32>", ["tensor<4xf32>"], "tensor<4xf32>")
+    replay = Replay(Program(text), rounded=False)
+    assert replay.interpreter is not None and not replay.executables
+
+    def fails(args):
+        raise ValueError("a shape the interpreter got wrong")
+
+    monkeypatch.setattr(replay.interpreter, "main", type("Main", (), {"run": staticmethod(fails)})())
+    x = np.float32([0.5, -1.0, 2.0, 0.0])
+    (got,) = replay([x])
+    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64)), rtol=1e-15)
+    assert replay.interpreter is None and "ValueError" in replay.not_interpreted and len(replay.executables) == 1
+
+
 def test_every_op_the_table_names_is_tested_here():
     tested = {f"stablehlo.{n}" for n in UNARY + BINARY} | {
         "stablehlo.not", "stablehlo.compare", "stablehlo.select", "stablehlo.clamp", "stablehlo.convert",
@@ -260,6 +275,7 @@ def test_gpt2_traced_by_torchax_against_the_compiled_exact_replay():
     interpreted = Replay(program, rounded=False)
     assert interpreted.interpreter is not None, interpreted.not_interpreted
     got = interpreted(run.program.args)
+    assert interpreted.interpreter is not None and interpreted.not_interpreted is None  # no fallback on the way
     # The same program compiled by XLA in f64.
     compiled = Replay(program, rounded=False, intermediates=True)  # intermediates: never interpreted
     assert compiled.interpreter is None

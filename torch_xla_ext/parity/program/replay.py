@@ -257,23 +257,31 @@ class Replay:
                     self.interpreter = Interpreter(module)
                 except Unsupported as e:
                     self.not_interpreted = str(e)
+                except Exception as e:  # noqa: BLE001 - an MLIR binding this jaxlib spells otherwise: compiled instead
+                    self.not_interpreted = f"the interpreter could not read the program: {first_line(e, with_type=True)}"
+                if self.interpreter is None:
                     self.host = host_dots.split(module)
+                else:  # compiled on demand should the interpreter fail on the arguments it is given
+                    self._bytecode = jax_mlir.module_to_bytecode(module)
             self.seconds["rewrite"] = time.perf_counter() - t0
             t1 = time.perf_counter()
-            try:
-                # The exact replay is fp64, where evaluation order is far below the tolerances:
-                # LLVM's level 0 compiles it several times faster (0.7 s vs 4.4 s at GPT-2 124M,
-                # its run 3.1 s vs 3.3 s), and its compile overlaps torch_xla's. The rounded
-                # replay keeps XLA's default, whose f32 code (FMA contraction, vectorised
-                # reductions) it reproduces. Both schedule for memory (the same arithmetic: at
-                # 0.9B the replays' peak 3 GB lower and their runs about 1.5x faster).
-                cut = self.plan or self.host
-                self.executables = [] if self.interpreter is not None else [jax_mlir.compile_replicated(
-                    jax_mlir.cpu_client(1), jax_mlir.module_to_bytecode(m), 1, optimize=rounded, memory_schedule=True)
-                    for m in (cut.modules if cut is not None else [module])]
-            except RuntimeError as e:
-                raise ReplayError(f"XLA cannot compile the {self.mode} replay: {first_line(e)}") from None
+            # The exact replay is fp64, where evaluation order is far below the tolerances:
+            # LLVM's level 0 compiles it several times faster (0.7 s vs 4.4 s at GPT-2 124M,
+            # its run 3.1 s vs 3.3 s), and its compile overlaps torch_xla's. The rounded
+            # replay keeps XLA's default, whose f32 code (FMA contraction, vectorised
+            # reductions) it reproduces. Both schedule for memory (the same arithmetic: at
+            # 0.9B the replays' peak 3 GB lower and their runs about 1.5x faster).
+            cut = self.plan or self.host
+            self.executables = [] if self.interpreter is not None else [
+                self._compile(jax_mlir.module_to_bytecode(m)) for m in (cut.modules if cut is not None else [module])]
             self.seconds["compile"] = time.perf_counter() - t1
+
+    def _compile(self, bytecode: bytes) -> Any:
+        try:
+            return jax_mlir.compile_replicated(jax_mlir.cpu_client(1), bytecode, 1, optimize=self.rounded,
+                                               memory_schedule=True)
+        except RuntimeError as e:
+            raise ReplayError(f"XLA cannot compile the {self.mode} replay: {first_line(e)}") from None
 
     def __call__(self, args: Sequence[Any], *, consume: bool = False,
                  widening: Widening | None = None) -> list[np.ndarray]:
@@ -322,7 +330,13 @@ class Replay:
         if consume:
             memory.release("collect")
         if self.interpreter is not None:
-            out = self.interpreter(arrays)
+            try:
+                out = self.interpreter(arrays)
+            except Exception as e:  # noqa: BLE001 - the interpreter's own failure: XLA compiles and runs the program
+                self.not_interpreted = f"the interpreter failed: {first_line(e, with_type=True)}"
+                self.interpreter = None
+                self.executables = [self._compile(self._bytecode)]
+                out = jax_mlir.execute_replicated(jax_mlir.cpu_client(1), self.executables[0], [arrays])[0]
         elif self.host is not None:
             client = jax_mlir.cpu_client(1)
             out = host_dots.run(self.host, arrays,
