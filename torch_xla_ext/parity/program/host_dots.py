@@ -38,7 +38,7 @@ from torch_xla_ext.parity.program import segments
 from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.stablehlo import functions
 
-__all__ = ["MIN_FLOPS", "HostDot", "one_blas_thread", "run", "split"]
+__all__ = ["MIN_FLOPS", "HostDot", "Product", "one_blas_thread", "run", "split"]
 
 # A product this large (2·M·N·K) runs on the host: below it XLA's kernel and a segment boundary
 # (an execution, its results handed over) cost about what BLAS saves. GPT-2's block products are
@@ -61,18 +61,22 @@ def one_blas_thread() -> Iterator[None]:
         yield
 
 
-@dataclasses.dataclass
-class HostDot:
-    """One product taken out of ``main``: the plan's keys of its result (an added argument of the
-    cut module) and of its operands, and its dimension numbers."""
+@dataclasses.dataclass(frozen=True)
+class Product:
+    """A ``stablehlo.dot_general``'s dimension numbers and result shape, computed by NumPy."""
 
-    result: Hashable
-    operands: tuple[Hashable, Hashable]
     lhs_batch: tuple[int, ...]
     rhs_batch: tuple[int, ...]
     lhs_contract: tuple[int, ...]
     rhs_contract: tuple[int, ...]
     shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, op: Any) -> "Product":
+        """The product a ``dot_general`` op (inside its module's context) computes."""
+        dims = dot_dimensions(op.attributes["dot_dimension_numbers"])
+        return cls(*(tuple(dims.get(f"{side}_{kind}_dimensions", [])) for kind in ("batching", "contracting")
+                     for side in ("lhs", "rhs")), tuple(ir.RankedTensorType(op.results[0].type).shape))
 
     def __call__(self, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
         """The product as ``stablehlo.dot_general`` defines it (batch dimensions, then the lhs's
@@ -87,6 +91,20 @@ class HostDot:
         a = lhs.transpose([*self.lhs_batch, *lfree, *self.lhs_contract]).reshape(*b, m, k)
         w = rhs.transpose([*self.rhs_batch, *self.rhs_contract, *rfree]).reshape(*b, k, n)
         return np.matmul(a, w).reshape(self.shape)
+
+
+@dataclasses.dataclass
+class HostDot:
+    """One product taken out of ``main``: the plan's keys of its result (an added argument of the
+    cut module) and of its operands, and the product."""
+
+    result: Hashable
+    operands: tuple[Hashable, Hashable]
+    product: Product
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.product.shape
 
 
 @dataclasses.dataclass
@@ -120,12 +138,11 @@ def split(module: Any, min_flops: float | None = None) -> Plan | None:
     num_args, num_results = len(body.arguments), len(ret.operands)
     operands, dots = [], []  # the products' operands, main's results after its own
     for op in chosen:
-        dims = dot_dimensions(op.attributes["dot_dimension_numbers"])
+        product = Product.of(op)
         arg = body.add_argument(op.results[0].type, op.location)
         first = num_results + len(operands)
         operands.extend(op.operands)
-        dots.append((len(body.arguments) - 1, (first, first + 1), dims,
-                     tuple(ir.RankedTensorType(op.results[0].type).shape)))
+        dots.append((len(body.arguments) - 1, (first, first + 1), product))
         op.results[0].replace_all_uses_with(arg)  # a returned product too: main's results read it now
         op.erase()
     returned = [*ret.operands, *operands]
@@ -142,11 +159,7 @@ def split(module: Any, min_flops: float | None = None) -> Plan | None:
     cut = segments.split(module, list(range(num_results, len(returned))), min_repeats=1)
     if cut is None:
         return None
-    host = [HostDot(("arg", k), (cut.results[a], cut.results[b]),
-                    tuple(dims.get("lhs_batching_dimensions", [])), tuple(dims.get("rhs_batching_dimensions", [])),
-                    tuple(dims.get("lhs_contracting_dimensions", [])), tuple(dims.get("rhs_contracting_dimensions", [])),
-                    shape)
-            for k, (a, b), dims, shape in dots]
+    host = [HostDot(("arg", k), (cut.results[a], cut.results[b]), product) for k, (a, b), product in dots]
     return Plan(cut, host, num_results)
 
 
@@ -201,7 +214,7 @@ def run(plan: Plan, arrays: list, execute: Callable[[int, Sequence[Any]], list])
     def products() -> None:
         while pending and all(k in values for k in pending[0].operands):
             dot = pending.pop(0)
-            values[dot.result] = dot(*read(dot.operands))
+            values[dot.result] = dot.product(*read(dot.operands))
 
     products()
     for segment in cut.segments:

@@ -4,7 +4,7 @@ The exact replay runs once per verify, in float64, and is compared with the gold
 so neither XLA's fusion nor its evaluation order matters there, only each op's math. At GPT-2
 124M under torchax, XLA:CPU compiling the float64 program cost 0.5 s alone and 1.1-1.4 s beside
 JAX's own compile; NumPy evaluates its 2,000 ops in about the time XLA runs them (its products on
-BLAS, :class:`.host_dots.HostDot`), with nothing to compile. An :class:`Interpreter` is built
+BLAS, :class:`.host_dots.Product`), with nothing to compile. An :class:`Interpreter` is built
 only for a module whose every op, in every function, it knows (:data:`OPS`: elementwise math,
 shapes, reductions with a one-op body, products, gathers, cumulative windows, calls); otherwise
 :class:`Unsupported` names the first op it does not, and the replay compiles the program with XLA
@@ -36,7 +36,7 @@ import numpy as np
 from torch_xla_ext import _dtypes
 from torch_xla_ext._compat import jax_mlir
 from torch_xla_ext._mlir_graph import dot_dimensions
-from torch_xla_ext.parity.program.host_dots import HostDot
+from torch_xla_ext.parity.program.host_dots import Product
 from torch_xla_ext.parity.program.mlir import ir
 from torch_xla_ext.parity.program.stablehlo import functions
 
@@ -316,14 +316,12 @@ def _reduce_window(op: Any, _: Any) -> _Step:
 def _dot_general(op: Any, _: Any) -> _Step:
     if "algorithm" in op.attributes:
         raise Unsupported("a dot with an algorithm")
-    dims = dot_dimensions(op.attributes["dot_dimension_numbers"])
     dtype = _dtype(op.results[0].type)
     if dtype.kind != "f":
         raise Unsupported("an integer dot")
-    dot = HostDot(None, (None, None), tuple(dims.get("lhs_batching_dimensions", [])),
-                  tuple(dims.get("rhs_batching_dimensions", [])), tuple(dims.get("lhs_contracting_dimensions", [])),
-                  tuple(dims.get("rhs_contracting_dimensions", [])), _shape(op.results[0].type))
-    return lambda a, b: np.asarray(dot(a, b), dtype)
+    _shape(op.results[0].type)
+    product = Product.of(op)
+    return lambda a, b: np.asarray(product(a, b), dtype)
 
 
 _GATHER_FIELDS = ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims",
