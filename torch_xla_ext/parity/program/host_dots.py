@@ -51,7 +51,9 @@ def one_blas_thread() -> Iterator[None]:
     """NumPy's BLAS on one thread for the block (``threadpoolctl``; nothing where it is not
     installed). Beside another computation that keeps every core busy (JAX's own run), a second
     BLAS thread waits for the first at each product's end: at GPT-2 124M the exact replay beside
-    JAX's run took about 0.4 s less on one."""
+    JAX's run took about 0.4 s less on one. The setting is the BLAS library's, for the whole
+    process: the block is the early exact replay, while nothing else of the run uses NumPy's BLAS
+    (torch's CPU runs have their own)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
