@@ -319,13 +319,8 @@ def _dot_general(op: Any, _: Any) -> _Step:
     dtype = _dtype(op.results[0].type)
     if dtype.kind != "f":
         raise Unsupported("an integer dot")
-    _shape(op.results[0].type)
-    product = Product.of(op)
+    product = Product.of(op)  # a dynamic result shape is refused where _Function reads every result
     return lambda a, b: np.asarray(product(a, b), dtype)
-
-
-_GATHER_FIELDS = ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims",
-                  "start_index_map")
 
 
 def _gather(op: Any, _: Any) -> _Step:
