@@ -7,7 +7,8 @@ returning tuples: torchax.compile returns no ModelOutput).
     ratio  = verify(model, (ids,), frontend="torchax") / anchor          (target: <= 2)
 
 Each measurement in its own fresh process (JAX's and torch's caches start empty), in the order
-anchor, verify; both import torchax (and with it JAX) before their clock starts. Timings on a shared machine drift with the others' load: the ratio, taken in the
+anchor, verify; both import torchax (and with it JAX) and make its default environment before their
+clock starts. Timings on a shared machine drift with the others' load: the ratio, taken in the
 same run, is the figure. Printed as JSON lines.
 
     PYTHONPATH=. .venv/bin/python bench/torchax_parity_bench.py [--layers 12] [--seq 128] [--dtype fp32]
@@ -55,11 +56,12 @@ def _anchor(layers: int, seq: int, dtype: str) -> dict:
 
 
 def _verify(layers: int, seq: int, dtype: str) -> dict:
-    import torchax  # noqa: F401  (imported before the clock, as the anchor's is)
+    import torchax
 
     from torch_xla_ext import parity
 
     model, ids = _model(layers, seq)
+    torchax.default_env()  # made before the clock, as the anchor's is (its PRNG key is JAX's first computation)
     t0 = time.perf_counter()
     r = parity.verify(model, (ids,), dtype=dtype, frontend="torchax")
     total = time.perf_counter() - t0

@@ -1,7 +1,7 @@
 """Parity verdicts for XLA vs CPU: why outputs differ, not just that they do.
 
-``verify`` runs a function on XLA and its reference on CPU eager (twice, to catch a
-nondeterministic reference) and in fp64 (the golden, computed from the inputs and parameters as
+``verify`` runs a function on XLA and its reference on CPU eager (again where an output is off,
+to catch a nondeterministic reference) and in fp64 (the golden, computed from the inputs and parameters as
 both sides received them, i.e. already rounded to ``dtype``), and compares every floating-point
 output with the C++ comparator of :mod:`torch_xla_ext.numerics`. It then replays the XLA run's
 own program twice, compiled by XLA through JAX's CPU client: once rounded as the device rounds

@@ -64,29 +64,30 @@ def request(fn: Any, inputs: Any = (), kwargs: dict | None = None, *, dtype: Any
 
 def verify_stages(r: Request) -> list[pipeline.Stage]:
     """verify's stages for ``r``: the XLA run (its program's replays compiling, and where they can,
-    running, beside what follows), CPU eager (twice), the fp64 golden (with localize: the
-    localisation's), the replays, the localisation (on a second, hooked XLA run when the rounded
-    replay does not reproduce the run), the outputs compared, the frontend's own checks (torchax's
-    op audit), Model Explorer.
+    running, beside what follows), CPU eager, the fp64 golden (with localize: the localisation's),
+    the replays, the localisation (on a second, hooked XLA run when the rounded replay does not
+    reproduce the run), the outputs compared, a second CPU eager run where an output is beyond the
+    tolerances (a reference that differs from itself ends the run there), the frontend's own checks
+    (torchax's op audit), Model Explorer.
 
     Example:
         >>> import torch
         >>> [s.name for s in verify_stages(request(torch.nn.Linear(2, 2), localize=True))]  # doctest: +NORMALIZE_WHITESPACE
-        ['XLA', 'CPU eager', 'second CPU eager', "outputs' shapes", 'CPU eager against itself', 'replays',
-         'XLA capture', 'localisation', 'outputs compared']
+        ['XLA', 'CPU eager', "outputs' shapes", 'replays', 'XLA capture', 'localisation', 'outputs compared',
+         'second CPU eager', 'CPU eager against itself']
     """
     fe = frontends.of(r.frontend)
     return [
         fe.stage(replays.start_early, program=r.emulate or r.explorer_dir is not None),
         cpu_eager.FIRST,
-        cpu_eager.SECOND,
         *golden.PLAIN.when(not r.localize),
         xla_run.SAME_SHAPES,
-        cpu_eager.DETERMINISTIC,
         *replays.STAGE.when(r.emulate),
         *capture_stages.SECOND_RUN.when(r.localize),
         *localization.STAGE.when(r.localize),
         replays.COMPARE,
+        cpu_eager.SECOND,
+        cpu_eager.DETERMINISTIC,
         *fe.checks,
         *explorer.STAGE.when(r.explorer_dir is not None),
     ]
@@ -115,8 +116,8 @@ def verify(
     rules: str = AUTO,
     frontend: str = "torch_xla",
 ) -> ParityReport:
-    """Runs ``fn(*inputs, **kwargs)`` on XLA and its reference on CPU eager (twice) and in fp64,
-    compares every floating-point output (any pytree: HF ModelOutputs, dicts, dataclasses,
+    """Runs ``fn(*inputs, **kwargs)`` on XLA and its reference on CPU eager (again where an output
+    is off) and in fp64, compares every floating-point output (any pytree: HF ModelOutputs, dicts, dataclasses,
     caches; named by pytree path) and says which cause explains each difference.
 
     ``fn`` and ``reference`` (default: ``fn``) are callables or ``nn.Module``s; a module is

@@ -23,9 +23,12 @@ class _Deferred:
 
     def __init__(self, name: str):
         self._name = name
+        self._module: Any = None
 
     def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self._name), attr)
+        if self._module is None:  # an import's lookup costs about 5 us: a program's build reads ~15,000 names
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
 
     def __repr__(self) -> str:
         return f"<{self._name}, imported on first use>"
