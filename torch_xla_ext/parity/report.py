@@ -147,6 +147,12 @@ class Verdict(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def of(cls, outputs: Any) -> "Verdict":
+        """PASS when every output's XLA vs CPU eager comparison is within its tolerances, else FAIL
+        (the compared outputs' verdict; the other verdicts end a run before comparing)."""
+        return cls.PASS if all(o.xla_vs_cpu.passed for o in outputs) else cls.FAIL
+
 
 def _finite(v: Any) -> Any:
     return _json.encode(v)  # the one JSON rule: a non-finite float as "nan"/"inf"/"-inf"

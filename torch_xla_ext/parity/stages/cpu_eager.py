@@ -25,6 +25,7 @@ from torch_xla_ext.parity import capturing
 from torch_xla_ext.parity.cpu import run_cpu
 from torch_xla_ext.parity.pipeline import END, SKIPPED, Outcome, Stage
 from torch_xla_ext.parity.record import RunRecord
+from torch_xla_ext.parity.report import Verdict
 from torch_xla_ext.parity.user_code import call
 
 __all__ = ["DETERMINISTIC", "FIRST", "SECOND"]
@@ -42,7 +43,7 @@ def _second(record: RunRecord) -> Outcome | None:
     """The second run, where an output left CPU eager's beyond the tolerances (else SKIPPED),
     compared with the first at once (its outputs go); a difference is kept for
     :data:`DETERMINISTIC`, which ends the run before the frontend's checks."""
-    if all(o.xla_vs_cpu.passed for o in record.outputs):
+    if Verdict.of(record.outputs) is Verdict.PASS:
         return SKIPPED
     r = record.request
     again, _ = run_cpu(r.reference, r.inputs, r.kwargs, r.dtype, r.seed, stage="second CPU eager")

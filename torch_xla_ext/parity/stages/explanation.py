@@ -85,7 +85,7 @@ def unfinished(record: RunRecord) -> ParityReport:
             hlo_math = "same" if all(o.same_math for o in outputs) else "differs"
             reproduced = all(o.reproduced for o in outputs)
             unrounded = replayed.precision
-    verdict = Verdict.PASS if all(o.xla_vs_cpu.passed for o in outputs) else Verdict.FAIL
+    verdict = Verdict.of(outputs)
     modules = record.modules
     rules = replayed.rules if replayed is not None else None
     report = ParityReport(
